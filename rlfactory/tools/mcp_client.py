@@ -1,10 +1,11 @@
 """MCP servers behind the `Tool` protocol: one supervised connection per server.
 
 `ServerConnection` owns one server (a stdio subprocess, or a streamable-HTTP / SSE endpoint) and
-one `ClientSession` on it; every call of every trajectory shares that session, which multiplexes
-concurrent requests. When the connection dies mid-call (the subprocess crashed, the socket
-dropped), it is re-established and the call retried once; repeated crashes open a circuit for a
-cool-down, during which calls fail fast with a clear message. `MCPTool` is one tool of a server.
+one session on it (`StdioSession`, or the SDK's `ClientSession` for remote servers); every call of
+every trajectory shares that session, which multiplexes concurrent requests. When the connection
+dies mid-call (the subprocess crashed, the socket dropped), it is re-established and the call
+retried once; repeated crashes open a circuit for a cool-down, during which calls fail fast with a
+clear message. `MCPTool` is one tool of a server.
 """
 
 from __future__ import annotations
@@ -17,31 +18,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import mcp_types
-from mcp.client.session import ClientSession
-from mcp.shared.exceptions import MCPError
 
 from rlfactory.tools.base import CIRCUIT_OPEN, CRASHED, ERROR, ToolResult, TransportError
 from rlfactory.tools.mcp_config import ServerConfig
+from rlfactory.tools.mcp_session import ConnectionLost, InvalidResult, ServerError, Session, StdioSession
 from rlfactory.tools.stdio import StdioProcess
 
 log = logging.getLogger("rlfactory.tools.mcp")
-
-# Errors that mean "the channel broke", not "the tool failed".
-_CHANNEL_ERRORS: tuple[type[BaseException], ...] = (
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    anyio.EndOfStream,
-    ConnectionError,
-    OSError,
-)
-try:  # the mcp HTTP transports run on httpx2
-    import httpx2
-
-    _CHANNEL_ERRORS += (httpx2.TransportError,)
-except ImportError:  # pragma: no cover
-    pass
 
 
 @dataclass
@@ -65,12 +49,10 @@ class ServerConnection:
         self.tools: list[mcp_types.Tool] = []
         self.process: StdioProcess | None = None
         self.restarts = 0
-        self._session: ClientSession | None = None
+        self._session: Session | None = None  # the session calls go to; None while down
+        self._open: Session | None = None  # the session that holds resources (up, dead or half-open)
         self._generation = 0
-        self._owner: asyncio.Task[None] | None = None
-        self._stop: asyncio.Event | None = None
         self._starting: asyncio.Task[None] | None = None
-        self._ready: asyncio.Future[Any] | None = None
         self._lock = asyncio.Lock()
         self._crashes: collections.deque[float] = collections.deque()
         self._open_until = 0.0
@@ -102,9 +84,9 @@ class ServerConnection:
         if self.process is not None:
             self.process.kill_now()
 
-    async def _ensure(self) -> tuple[ClientSession, int]:
+    async def _ensure(self) -> tuple[Session, int]:
         session = self._session
-        if session is not None and self._healthy():
+        if session is not None and self._healthy(session):
             return session, self._generation
         if self._closed:
             raise TransportError(f"MCP server {self.name!r} is shut down", retryable=False)
@@ -121,10 +103,10 @@ class ServerConnection:
 
     async def _restart(self) -> None:
         async with self._lock:
-            if self._session is not None and self._healthy():
+            if self._session is not None and self._healthy(self._session):
                 return
             self._check_circuit()
-            if self._session is not None or self._owner is not None:
+            if self._open is not None:
                 await self._teardown()
                 self.restarts += 1
             if self._closed:
@@ -144,8 +126,8 @@ class ServerConnection:
                     f"could not start MCP server {self.name!r}: {type(e).__name__}: {e}" + (f" ({detail})" if detail else "")
                 ) from e
 
-    def _healthy(self) -> bool:
-        return self.process is None or self.process.alive
+    def _healthy(self, session: Session) -> bool:
+        return not session.closed and (self.process is None or self.process.alive)
 
     def _check_circuit(self) -> None:
         now = time.monotonic()
@@ -173,85 +155,36 @@ class ServerConnection:
             self._record_crash()
 
     async def _connect(self) -> None:
-        loop = asyncio.get_running_loop()
-        ready: asyncio.Future[tuple[ClientSession, list[mcp_types.Tool]]] = loop.create_future()
-        # After a start-up timeout nobody awaits `ready` any more: mark its outcome as seen.
-        ready.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._ready = ready
-        self._stop = asyncio.Event()
-        self._owner = asyncio.create_task(self._own(ready, self._stop), name=f"mcp-server-{self.name}")
         timeout = self.cfg.startup_timeout_s or self.policy.startup_timeout_s
+        cfg = self.cfg
         try:
             async with asyncio.timeout(timeout):
-                session, tools = await asyncio.shield(ready)
+                if cfg.transport == "stdio":
+                    self.process = await StdioProcess.spawn(self.name, cfg.executable(), cfg.args, cfg.env, cfg.cwd)
+                    session: Any = StdioSession(self.name, self.process)
+                else:
+                    from rlfactory.tools.mcp_remote import RemoteSession  # the SDK and httpx: only when used
+
+                    session = RemoteSession(self.name, cfg, self.policy.stop_grace_s)
+                self._open = session
+                tools = await session.start()
         except TimeoutError:
             raise TimeoutError(f"no answer within the start-up timeout of {timeout:g}s") from None
         self._generation += 1
         self._session, self.tools = session, tools
 
-    async def _own(self, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
-        """Holds the transport and session contexts; they are entered and left in this one task."""
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                read, write = await self._open_transport(stack)
-                session = await stack.enter_async_context(ClientSession(read, write))
-                await session.initialize()
-                tools: list[mcp_types.Tool] = []
-                cursor: str | None = None
-                while True:
-                    params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
-                    page = await session.list_tools(params=params)
-                    tools.extend(page.tools)
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
-                if not ready.done():
-                    ready.set_result((session, tools))
-                await stop.wait()
-        except BaseException as e:  # noqa: BLE001 - reported through `ready`, never raised
-            if not ready.done():
-                ready.set_exception(e if isinstance(e, Exception) else RuntimeError(f"cancelled: {e!r}"))
-            elif not isinstance(e, asyncio.CancelledError):
-                log.debug("MCP server %r connection ended: %r", self.name, e)
-
-    async def _open_transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
-        cfg = self.cfg
-        if cfg.transport == "stdio":
-            self.process = await StdioProcess.spawn(self.name, cfg.executable(), cfg.args, cfg.env, cfg.cwd)
-            stack.push_async_callback(self.process.stop, self.policy.stop_grace_s)
-            return self.process.streams()
-        if cfg.transport == "sse":
-            from mcp.client.sse import sse_client
-
-            return await stack.enter_async_context(sse_client(cfg.url, headers=cfg.headers or None))
-        from mcp.client.streamable_http import streamable_http_client
-
-        client = None
-        if cfg.headers:
-            import httpx2
-
-            client = await stack.enter_async_context(httpx2.AsyncClient(headers=cfg.headers, timeout=30.0))
-        return await stack.enter_async_context(streamable_http_client(cfg.url, http_client=client))
-
     async def _teardown(self) -> None:
-        owner, stop = self._owner, self._stop
-        self._session, self._owner, self._stop = None, None, None
-        if owner is None:
+        session, process = self._open, self.process
+        self._session = self._open = None
+        if session is None:
             return
-        if stop is not None:
-            stop.set()
-        if self._ready is not None and not self._ready.done():
-            owner.cancel()  # never came up: nothing to shut down politely
         try:
-            async with asyncio.timeout(self.policy.stop_grace_s + 5.0):
-                await asyncio.shield(owner)
-        except (TimeoutError, Exception):
-            owner.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(owner, 3.0)
+            await session.aclose()
+            if process is not None and process.alive:
+                await process.stop(self.policy.stop_grace_s)
         finally:
-            if self.process is not None:
-                self.process.kill_now()  # no-op when it already exited; a must when the owner hung
+            if process is not None:
+                process.kill_now()  # no-op when it already exited; a must when the stop was cut short
 
     # ---- calls -----------------------------------------------------------------------------
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
@@ -260,19 +193,14 @@ class ServerConnection:
             session, generation = await self._ensure()
             try:
                 result = await session.call_tool(tool, arguments)
-            except MCPError as e:
-                if e.code == mcp_types.CONNECTION_CLOSED or not self._healthy():
-                    self._mark_dead(generation)
-                    if attempt == 0:
-                        continue
-                    raise await self._crashed(tool) from e
+            except ServerError as e:
                 return ToolResult.error(f"{self.name}.{tool}: {e.message}", ERROR)
-            except _CHANNEL_ERRORS as e:
+            except (ConnectionLost, OSError) as e:
                 self._mark_dead(generation)
                 if attempt == 0:
                     continue
                 raise await self._crashed(tool) from e
-            except RuntimeError as e:  # e.g. structured content that violates the tool's output schema
+            except InvalidResult as e:
                 return ToolResult.error(f"{self.name}.{tool} returned an invalid result: {e}", ERROR)
             return convert_result(result)
         raise AssertionError("unreachable")

@@ -2,9 +2,9 @@
 
 Unlike `mcp.client.stdio`, this keeps the process handle, so the supervisor knows the PID, sees the
 process die, keeps the tail of its stderr for error messages, and kills its whole process group
-on shutdown. Lines on stdout that are not JSON-RPC are skipped (counted in `garbage_lines`), so a
-server that prints junk cannot break the session. A last-resort `atexit` hook kills any group
-still alive when the interpreter exits.
+on shutdown. `StdioSession` (mcp_session.py) speaks MCP over its pipes; lines on stdout that are
+not JSON-RPC are skipped and counted in `garbage_lines`. A last-resort `atexit` hook kills any
+group still alive when the interpreter exits.
 """
 
 from __future__ import annotations
@@ -16,12 +16,6 @@ import contextlib
 import logging
 import os
 import signal
-from types import TracebackType
-from typing import Self
-
-import anyio
-import mcp_types
-from mcp.shared.message import SessionMessage
 
 log = logging.getLogger("rlfactory.tools.stdio")
 
@@ -41,84 +35,8 @@ def _kill_leftovers() -> None:
 atexit.register(_kill_leftovers)
 
 
-class _ReadStream:
-    """JSON-RPC messages from the server's stdout, one per line; EOF ends the iteration."""
-
-    def __init__(self, proc: "StdioProcess") -> None:
-        self._proc = proc
-
-    async def receive(self) -> SessionMessage:
-        stdout = self._proc.process.stdout
-        assert stdout is not None
-        while True:
-            try:
-                line = await stdout.readuntil(b"\n")
-            except asyncio.IncompleteReadError as e:
-                if e.partial.strip():
-                    self._proc.garbage_lines += 1
-                raise anyio.EndOfStream from None
-            except (ConnectionError, OSError):
-                raise anyio.EndOfStream from None
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-            except ValueError:
-                self._proc.garbage_lines += 1
-                log.debug("server %s wrote a non-JSON-RPC line: %.200r", self._proc.name, line)
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> SessionMessage:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        return None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-class _WriteStream:
-    """JSON-RPC messages to the server's stdin; a dead server reads as a broken stream."""
-
-    def __init__(self, proc: "StdioProcess") -> None:
-        self._proc = proc
-
-    async def send(self, item: SessionMessage, /) -> None:
-        stdin = self._proc.process.stdin
-        assert stdin is not None
-        data = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
-        try:
-            if stdin.is_closing():
-                raise anyio.BrokenResourceError
-            stdin.write(data)
-            await stdin.drain()
-        except (ConnectionError, OSError, RuntimeError) as e:
-            raise anyio.BrokenResourceError from e
-
-    async def aclose(self) -> None:
-        return None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
-
-
 class StdioProcess:
-    """One server subprocess in its own process group, with message streams for a ClientSession."""
+    """One server subprocess in its own process group; its stdin/stdout are the MCP wire."""
 
     def __init__(self, name: str, process: asyncio.subprocess.Process) -> None:
         self.name = name
@@ -146,9 +64,6 @@ class StdioProcess:
             limit=_LINE_LIMIT,
         )
         return cls(name, process)
-
-    def streams(self) -> tuple[_ReadStream, _WriteStream]:
-        return _ReadStream(self), _WriteStream(self)
 
     @property
     def alive(self) -> bool:

@@ -1,0 +1,251 @@
+"""An MCP client session over a stdio server's pipes: JSON-RPC 2.0, one message per line.
+
+The mcp SDK's `ClientSession` passes every message through anyio memory streams, a dispatcher
+task and several pydantic round trips; in a burst of concurrent tool calls that client-side work
+is what the burst waits on. `StdioSession` does only what a tool-calling client needs: the
+`initialize` handshake, `tools/list` (all pages), `tools/call`, answering the server's `ping`.
+
+A request is a future keyed by its id, resolved by one reader task. When the server's output ends
+(the process died) every pending call fails at once with `ConnectionLost`, so the supervisor can
+restart the server. A cancelled call (timeout, Ctrl-C) stops waiting at once, and the server is
+told with `notifications/cancelled`. Remote servers (streamable HTTP, SSE) keep the SDK's session
+(`mcp_remote.py`); both raise the errors defined here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+from typing import Any, Protocol
+
+import mcp_types
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+
+from rlfactory.tools.stdio import StdioProcess
+from rlfactory.tools.validation import ArgumentValidator
+
+log = logging.getLogger("rlfactory.tools.mcp")
+
+METHOD_NOT_FOUND = -32601
+CLIENT_INFO = {"name": "rlfactory", "version": "0.1.0"}
+
+
+class ConnectionLost(ConnectionError):
+    """The channel to the server broke (its process died, its output ended, the session closed)."""
+
+
+class ServerError(Exception):
+    """The server answered a request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+class InvalidResult(RuntimeError):
+    """A tool result that breaks the protocol or the tool's declared output schema."""
+
+
+class Session(Protocol):
+    """An initialized MCP session, as `ServerConnection` uses it."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult: ...
+
+    async def aclose(self) -> None: ...
+
+
+class StdioSession:
+    """The client side of MCP over a `StdioProcess`'s stdin/stdout."""
+
+    def __init__(self, name: str, process: StdioProcess) -> None:
+        self.name = name
+        self.process = process
+        self.protocol_version: str | None = None
+        self.server_info: dict[str, Any] = {}
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._lost: str | None = None  # why the session is unusable, once it is
+        self._output_checks: dict[str, ArgumentValidator | None] = {}
+        self._reader = asyncio.create_task(self._read_loop(), name=f"mcp-read-{name}")
+
+    @property
+    def closed(self) -> bool:
+        return self._lost is not None
+
+    # ---- protocol ----------------------------------------------------------------------------
+    async def start(self) -> list[mcp_types.Tool]:
+        """Handshake, then list every tool (following `nextCursor`)."""
+        params = {"protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO}
+        init = await self.request("initialize", params)
+        version = init.get("protocolVersion") if isinstance(init, dict) else None
+        if version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            raise InvalidResult(f"unsupported protocol version from the server: {version!r}")
+        self.protocol_version, self.server_info = version, init.get("serverInfo") or {}
+        self.notify("notifications/initialized")
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        while True:
+            page = mcp_types.ListToolsResult.model_validate(
+                await self.request("tools/list", {"cursor": cursor} if cursor else None), by_name=False
+            )
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        for t in tools:
+            self._output_checks[t.name] = ArgumentValidator.for_schema(t.name, t.output_schema) if t.output_schema else None
+        return tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """One `tools/call`. Raises `ServerError`, `ConnectionLost` or `InvalidResult`."""
+        raw = await self.request("tools/call", {"name": name, "arguments": arguments})
+        try:
+            result = mcp_types.CallToolResult.model_validate(raw, by_name=False)
+        except ValueError as e:
+            raise InvalidResult(f"not a tool result: {e}") from None
+        check = self._output_checks.get(name)
+        if check is not None and not result.is_error:
+            # As the SDK's client does: structured content must match the declared output schema.
+            if result.structured_content is None and "structuredContent" not in raw:
+                raise InvalidResult(f"tool {name} has an output schema but did not return structured content")
+            problem = check.error(result.structured_content) if isinstance(result.structured_content, dict) else None
+            if problem is not None:
+                raise InvalidResult(f"invalid structured content returned by tool {name}: {problem}")
+        return result
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Send a request and wait for its result; cancelling the wait cancels it on the server."""
+        if self._lost is not None:
+            raise ConnectionLost(self._lost)
+        rid = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        try:
+            await self._send(msg)
+            return await fut
+        except asyncio.CancelledError:
+            if self._pending.pop(rid, None) is not None and method != "initialize" and self._lost is None:
+                with contextlib.suppress(ConnectionLost):
+                    self.notify("notifications/cancelled", {"requestId": rid, "reason": "cancelled by the client"})
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # seen: the caller left before reading it
+            raise
+        finally:
+            self._pending.pop(rid, None)
+
+    def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        self._write(msg)
+
+    # ---- wire --------------------------------------------------------------------------------
+    def _write(self, msg: dict[str, Any]) -> None:
+        """Queue a message on stdin without waiting; a write to a dead server is `ConnectionLost`."""
+        stdin = self.process.process.stdin
+        assert stdin is not None
+        data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        try:
+            if stdin.is_closing():
+                raise ConnectionLost(f"the stdin of MCP server {self.name!r} is closed")
+            stdin.write(data)
+        except (OSError, RuntimeError) as e:
+            if isinstance(e, ConnectionLost):
+                raise
+            raise ConnectionLost(f"cannot write to MCP server {self.name!r}: {e}") from e
+
+    async def _send(self, msg: dict[str, Any]) -> None:
+        self._write(msg)
+        stdin = self.process.process.stdin
+        assert stdin is not None
+        try:
+            await stdin.drain()  # returns at once unless the pipe is full
+        except (OSError, RuntimeError) as e:
+            raise ConnectionLost(f"cannot write to MCP server {self.name!r}: {e}") from e
+
+    async def _read_loop(self) -> None:
+        stdout = self.process.process.stdout
+        assert stdout is not None
+        why = f"MCP server {self.name!r} closed its output"
+        try:
+            while True:
+                try:
+                    line = await stdout.readuntil(b"\n")
+                except asyncio.IncompleteReadError as e:
+                    if e.partial.strip():
+                        self.process.garbage_lines += 1
+                    break
+                except asyncio.LimitOverrunError:
+                    why = f"MCP server {self.name!r} sent a message over the size limit"
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:  # also not UTF-8
+                    msg = None
+                if isinstance(msg, list):  # a JSON-RPC batch (protocol 2025-03-26)
+                    for m in msg:
+                        self._dispatch(m, line)
+                elif line.strip():
+                    self._dispatch(msg, line)
+        except (ConnectionError, OSError) as e:
+            why = f"reading from MCP server {self.name!r} failed: {e}"
+        except asyncio.CancelledError:
+            why = f"the session with MCP server {self.name!r} was closed"
+            raise
+        finally:
+            self._fail_all(why)
+
+    def _dispatch(self, msg: Any, line: bytes) -> None:
+        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+            self.process.garbage_lines += 1
+            log.debug("MCP server %s wrote a non-JSON-RPC line: %.200r", self.name, line)
+            return
+        method = msg.get("method")
+        if method is None:  # a response
+            rid = msg.get("id")
+            fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
+            if fut is None or fut.done():
+                return  # a call that was cancelled or timed out meanwhile
+            if "result" in msg:
+                fut.set_result(msg["result"])
+            else:
+                err = msg.get("error")
+                if isinstance(err, dict):
+                    code = err.get("code")
+                    fut.set_exception(ServerError(code if isinstance(code, int) else 0, str(err.get("message", "")), err.get("data")))
+                else:
+                    fut.set_exception(InvalidResult(f"malformed response: {line[:200]!r}"))
+        elif "id" in msg:  # a request from the server: we answer ping, and decline the rest
+            if method == "ping":
+                reply: dict[str, Any] = {"jsonrpc": "2.0", "id": msg["id"], "result": {}}
+            else:
+                reply = {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": METHOD_NOT_FOUND, "message": f"Method not found: {method}"}}
+            try:
+                self._write(reply)
+            except ConnectionLost:
+                pass
+        else:  # a notification (log message, progress, list changed): nothing a tool call waits on
+            log.debug("MCP server %s: %s %.300s", self.name, method, msg.get("params"))
+
+    def _fail_all(self, why: str) -> None:
+        if self._lost is None:
+            self._lost = why
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionLost(why))
+
+    async def aclose(self) -> None:
+        """Fail the pending calls and stop reading; the process is the caller's to stop."""
+        self._fail_all(f"the session with MCP server {self.name!r} was closed")
+        self._reader.cancel()
+        await asyncio.wait([self._reader])  # raises only when the caller itself is cancelled
