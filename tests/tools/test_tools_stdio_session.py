@@ -1,0 +1,142 @@
+"""The MCP client over stdio (`StdioSession`) against real server processes, and the SDK's client
+against rlfactory's own stdio servers (which answer without the SDK's lowlevel server)."""
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import server
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+from rlfactory.tools import ERROR, OK, TIMEOUT, ToolCall, ToolOptions, ToolRunner, ToolsConfig
+from rlfactory.tools.mcp_session import ConnectionLost, StdioSession
+from rlfactory.tools.stdio import StdioProcess
+
+WIRE = {"command": sys.executable, "args": [str(Path(__file__).with_name("wire_server.py"))]}
+
+
+def run_wire(check, config=None):
+    async def main():
+        async with ToolRunner(config=config, mcp={"mcpServers": {"wire": WIRE}}) as r:
+            await check(r)
+
+    asyncio.run(main())
+
+
+def test_handshake_and_a_paged_tool_list():
+    async def check(r):
+        names = [s.name for s in r.specs()]
+        assert names == ["echo_back", "handshake", "ask_client", "rich", "bad_output", "rpc_error", "slow", "cancelled"]
+        said = json.loads((await r.call(ToolCall("handshake"))).text)
+        assert said["initialized"] is True  # notifications/initialized came after the answer
+        assert said["params"]["protocolVersion"] == LATEST_HANDSHAKE_VERSION
+        assert said["params"]["capabilities"] == {} and said["params"]["clientInfo"]["name"] == "rlfactory"
+
+    run_wire(check)
+
+
+def test_server_requests_and_notifications_in_the_middle_of_a_call():
+    async def check(r):
+        res = await r.call(ToolCall("ask_client"))
+        answers = json.loads(res.text)
+        assert answers["ping"] == {"jsonrpc": "2.0", "id": "srv-1", "result": {}}
+        assert answers["roots"]["id"] == "srv-2" and answers["roots"]["error"]["code"] == -32601
+        assert (await r.call(ToolCall("echo_back", {"text": "still fine"}))).text == "still fine"
+
+    run_wire(check)
+
+
+def test_concurrent_calls_answered_out_of_order_reach_their_callers():
+    async def check(r):
+        t0 = time.monotonic()
+        calls = [ToolCall("echo_back", {"text": f"call {i}", "delay": (50 - i) * 0.01}) for i in range(50)]
+        results = await r.run(calls)
+        assert [x.text for x in results] == [f"call {i}" for i in range(50)]
+        assert time.monotonic() - t0 < 2.0  # 50 overlapping calls, not 12.75 s of sequential delays
+
+    run_wire(check)
+
+
+def test_content_kinds_json_rpc_errors_and_output_schema_violations():
+    async def check(r):
+        rich, bad, rpc = await r.run([ToolCall("rich"), ToolCall("bad_output"), ToolCall("rpc_error")])
+        assert rich.status == OK and rich.data == {"n": 1} and rich.image == "aW1n"
+        assert rich.text.split("\n") == ["first", "[image image/png]", "inside", "[binary resource file:///b.bin]", "[resource file:///c.txt]"]
+        assert bad.is_error and bad.status == ERROR and "returned an invalid result" in bad.text and "integer" in bad.text
+        assert rpc.is_error and rpc.status == ERROR and rpc.text == "wire.rpc_error: bad things happened"
+
+    run_wire(check)
+
+
+def test_a_cancelled_call_stops_waiting_at_once_and_the_server_is_told():
+    async def check(r):
+        t0 = time.monotonic()
+        res = await r.call(ToolCall("slow"))
+        assert res.status == TIMEOUT and time.monotonic() - t0 < 1.5
+        task = asyncio.create_task(r.call(ToolCall("slow")))
+        await asyncio.sleep(0.2)
+        t0 = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert time.monotonic() - t0 < 0.1
+        cancelled = json.loads((await r.call(ToolCall("cancelled"))).text)
+        assert len(cancelled) == 2 and all(isinstance(i, int) for i in cancelled)
+
+    run_wire(check, ToolsConfig(per_tool={"slow": ToolOptions(timeout_s=0.3)}))
+
+
+def test_a_dying_server_fails_its_pending_calls_at_once():
+    cfg = server("fault")
+
+    async def main():
+        process = await StdioProcess.spawn("fault", sys.executable, cfg["args"], dict(os.environ))
+        session = StdioSession("fault", process)
+        try:
+            tools = await session.start()
+            assert "hang" in {t.name for t in tools}
+            hangs = [asyncio.create_task(session.call_tool("hang", {})) for _ in range(3)]
+            await asyncio.sleep(0.2)
+            t0 = time.monotonic()
+            process.kill_now()
+            for h in hangs:
+                with pytest.raises(ConnectionLost, match="closed its output"):
+                    await h
+            assert time.monotonic() - t0 < 2.0 and session.closed
+            with pytest.raises(ConnectionLost):
+                await session.call_tool("ok", {})
+        finally:
+            await session.aclose()
+            await process.stop(0.1)
+
+    asyncio.run(main())
+
+
+def test_the_sdk_client_talks_to_rlfactory_stdio_servers():
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "rlfactory.tools.servers.echo"], env=dict(os.environ))
+
+    async def main():
+        async with stdio_client(params, errlog=open(os.devnull, "w")) as (read, write):
+            async with ClientSession(read, write) as session:
+                init = await session.initialize()
+                assert init.server_info.name == "echo" and init.capabilities.tools is not None
+                assert [t.name for t in (await session.list_tools()).tools] == ["echo", "sleep", "pid"]
+                res = await session.call_tool("echo", {"text": "hi"})
+                assert res.content[0].text == "hi" and res.structured_content == {"result": "hi"} and not res.is_error
+                bad = await session.call_tool("echo", {"text": 5})
+                assert bad.is_error and "validation error" in bad.content[0].text
+                unknown = await session.call_tool("nope", {})
+                assert unknown.is_error and "Unknown tool" in unknown.content[0].text
+                t0 = time.monotonic()
+                sleeps = await asyncio.gather(*(session.call_tool("sleep", {"seconds": 0.3}) for _ in range(20)))
+                assert all(s.content[0].text == "slept 0.3s" for s in sleeps) and time.monotonic() - t0 < 2.0
+                await session.send_ping()
+
+    asyncio.run(main())
