@@ -24,13 +24,14 @@ from typing import Any, Protocol
 import mcp_types
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
+from rlfactory import __version__
 from rlfactory.tools.stdio import StdioProcess
 from rlfactory.tools.validation import ArgumentValidator
 
 log = logging.getLogger("rlfactory.tools.mcp")
 
 METHOD_NOT_FOUND = -32601
-CLIENT_INFO = {"name": "rlfactory", "version": "0.1.0"}
+CLIENT_INFO = {"name": "rlfactory", "version": __version__}
 
 
 class ConnectionLost(ConnectionError):
