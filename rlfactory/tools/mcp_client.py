@@ -5,7 +5,9 @@ one session on it (`StdioSession`, or the SDK's `ClientSession` for remote serve
 every trajectory shares that session, which multiplexes concurrent requests. When the connection
 dies mid-call (the subprocess crashed, the socket dropped), it is re-established and the call
 retried once; repeated crashes open a circuit for a cool-down, during which calls fail fast with a
-clear message. `MCPTool` is one tool of a server.
+clear message. `ServerPool` runs `processes: N` copies of a stdio server, each supervised on its
+own, and sends each call to the copy with the fewest calls in flight. `MCPTool` is one tool of a
+server.
 """
 
 from __future__ import annotations
@@ -63,6 +65,14 @@ class ServerConnection:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+    def pids(self) -> dict[str, int]:
+        return {self.name: self.pid} if self.pid is not None else {}
+
+    @property
+    def available(self) -> bool:
+        """False while shut down or while its circuit is open."""
+        return not self._closed and time.monotonic() >= self._open_until
 
     async def start(self) -> list[mcp_types.Tool]:
         """Connect (spawning the process for stdio) and list the server's tools."""
@@ -216,6 +226,69 @@ class ServerConnection:
         )
 
 
+class ServerPool:
+    """`cfg.processes` copies of one stdio server, for CPU-bound stateless tools.
+
+    A single server process runs one call's Python at a time; copies spread that work over cores.
+    Each copy is a `ServerConnection` with its own restarts and circuit; a call goes to the copy,
+    among those whose circuit is closed, with the fewest calls in flight.
+    """
+
+    def __init__(self, name: str, cfg: ServerConfig, policy: SupervisionPolicy | None = None) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.members = [ServerConnection(name if i == 0 else f"{name}#{i}", cfg, policy) for i in range(cfg.processes)]
+        self._in_flight = [0] * len(self.members)
+        self.limiter = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None  # for the pool as a whole
+
+    @property
+    def tools(self) -> list[mcp_types.Tool]:
+        return self.members[0].tools
+
+    @property
+    def process(self) -> StdioProcess | None:
+        return self.members[0].process
+
+    @property
+    def pid(self) -> int | None:
+        return self.members[0].pid
+
+    @property
+    def restarts(self) -> int:
+        return sum(m.restarts for m in self.members)
+
+    def pids(self) -> dict[str, int]:
+        return {k: v for m in self.members for k, v in m.pids().items()}
+
+    async def start(self) -> list[mcp_types.Tool]:
+        outcomes = await asyncio.gather(*(m.start() for m in self.members), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return self.tools
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        load = self._in_flight
+        i = min(range(len(load)), key=lambda k: (not self.members[k].available, load[k]))
+        load[i] += 1
+        try:
+            return await self.members[i].call(tool, arguments)
+        finally:
+            load[i] -= 1
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(m.aclose() for m in self.members), return_exceptions=True)
+
+    def kill_now(self) -> None:
+        for m in self.members:
+            m.kill_now()
+
+
+def connect(name: str, cfg: ServerConfig, policy: SupervisionPolicy | None = None) -> ServerConnection | ServerPool:
+    """The supervised connection for one config entry: a pool when it asks for several processes."""
+    return ServerPool(name, cfg, policy) if cfg.processes > 1 else ServerConnection(name, cfg, policy)
+
+
 def convert_result(result: Any) -> ToolResult:
     """An MCP `CallToolResult` as a `ToolResult`: text blocks joined, first image kept, structure kept."""
     if not isinstance(result, mcp_types.CallToolResult):
@@ -249,7 +322,7 @@ class MCPTool:
     parameters: dict[str, Any]
     server: str
     remote_name: str
-    connection: ServerConnection
+    connection: ServerConnection | ServerPool
     timeout_s: float | None = None
     cache: bool | None = None
     max_concurrency: int | None = None
@@ -268,7 +341,7 @@ class MCPTool:
         return await self.connection.call(self.remote_name, arguments)
 
 
-def tools_of(conn: ServerConnection) -> list[MCPTool]:
+def tools_of(conn: ServerConnection | ServerPool) -> list[MCPTool]:
     """The exposed tools of a started server (its config's include/exclude applied), remote names."""
     out = []
     for t in conn.tools:

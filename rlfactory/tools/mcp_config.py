@@ -3,7 +3,7 @@
 A server is either a subprocess (`command`, `args`, `env`, `cwd`; stdio transport) or a URL
 (`url`, `transport`: `streamable-http` (default) or `sse`). Per-server options of rlfactory:
 `include` / `exclude` (tool names to select / hide), `timeout_s`, `max_concurrency`, `cache`,
-`startup_timeout_s`. Every error names the file and the key.
+`startup_timeout_s`, `processes`. Every error names the file and the key.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ class ServerConfig(BaseModel):
     cache: bool | None = None
     """Cache this server's results (default: `tools.cache`); false for non-deterministic tools."""
     startup_timeout_s: float | None = None
+    processes: int = Field(1, ge=1)
+    """Stdio: run this many copies of the server, each call going to the least busy one. For
+    CPU-bound, stateless tools; every copy is supervised (restarted, circuit) on its own."""
     disabled: bool = False
 
     @model_validator(mode="before")
@@ -82,6 +85,8 @@ class ServerConfig(BaseModel):
             raise ValueError(f"transport {self.transport!r} needs a `url`, not a `command`")
         if self.url and self.transport == "stdio":
             raise ValueError("transport 'stdio' needs a `command`, not a `url`")
+        if self.url and self.processes > 1:
+            raise ValueError("`processes` starts copies of a stdio server; a `url` server runs elsewhere")
         return self
 
     def executable(self) -> str:

@@ -32,7 +32,7 @@ from rlfactory.tools.base import (
 from rlfactory.tools.cache import ResultCache, canonical_arguments
 from rlfactory.tools.config import ToolOptions, ToolsConfig
 from rlfactory.tools.function import function_tool, result_from_value
-from rlfactory.tools.mcp_client import MCPTool, ServerConnection, SupervisionPolicy, tools_of
+from rlfactory.tools.mcp_client import MCPTool, ServerConnection, ServerPool, SupervisionPolicy, connect, tools_of
 from rlfactory.tools.mcp_config import ServerConfig, merge_mcp_configs
 from rlfactory.tools.metrics import MetricsRecorder, ToolMetrics
 from rlfactory.tools.validation import ArgumentValidator
@@ -96,7 +96,7 @@ class ToolRunner:
         self._server_cfgs: dict[str, ServerConfig] = merge_mcp_configs(self.config.mcp, mcp)
         c = self.config
         self._policy = SupervisionPolicy(c.startup_timeout_s, c.crash_limit, c.crash_window_s, c.circuit_cooldown_s)
-        self.connections: dict[str, ServerConnection] = {}
+        self.connections: dict[str, ServerConnection | ServerPool] = {}
         self._entries: dict[str, _Entry] = {}  # exposed names and `server.tool` aliases
         self._visible: list[_Entry] = []
         self._metrics: dict[str, MetricsRecorder] = {}
@@ -138,7 +138,7 @@ class ToolRunner:
                 return
             if self._closed:
                 raise ToolStartError("the runner is closed")
-            conns = {n: ServerConnection(n, cfg, self._policy) for n, cfg in self._server_cfgs.items()}
+            conns = {n: connect(n, cfg, self._policy) for n, cfg in self._server_cfgs.items()}
             self.connections = conns
             try:
                 outcomes = await asyncio.gather(*(c.start() for c in conns.values()), return_exceptions=True)
@@ -182,8 +182,8 @@ class ToolRunner:
                 c.kill_now()
 
     def server_pids(self) -> dict[str, int]:
-        """PIDs of the stdio servers' current processes."""
-        return {n: c.pid for n, c in self.connections.items() if c.pid is not None}
+        """PIDs of the stdio servers' current processes (copies of a pool as `name#1`, `name#2`, ...)."""
+        return {k: v for c in self.connections.values() for k, v in c.pids().items()}
 
     # ---- the tool table --------------------------------------------------------------------
     def _index(self, pairs: list[tuple[Tool, str | None]]) -> None:

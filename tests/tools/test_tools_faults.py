@@ -132,3 +132,31 @@ def test_a_server_that_cannot_start_is_named_with_its_reason():
         await r.aclose()
 
     asyncio.run(main())
+
+
+def test_a_pool_of_server_processes_spreads_calls_and_routes_around_a_broken_copy():
+    cfg = ToolsConfig(crash_limit=2, circuit_cooldown_s=60)
+
+    async def main():
+        async with ToolRunner(config=cfg, mcp={"mcpServers": {"fault": server("fault", processes=3)}}) as r:
+            pids = r.server_pids()
+            assert sorted(pids) == ["fault", "fault#1", "fault#2"] and len(set(pids.values())) == 3
+            answered = [int(x.text) for x in await r.run([ToolCall("pid")] * 30)]
+            assert sorted(answered.count(p) for p in pids.values()) == [10, 10, 10]
+
+            # a copy killed from outside: its calls are retried on its restart, the others are untouched
+            pool = r.connections["fault"]
+            pool.members[1].process.kill_now()
+            results = await r.run([ToolCall("ok", {"text": str(i)}) for i in range(30)])
+            assert [x.text for x in results] == [str(i) for i in range(30)]
+            assert r.server_pids()["fault#1"] != pids["fault#1"] and r.server_pids()["fault#2"] == pids["fault#2"]
+
+            # a copy that crashes twice opens its own circuit; calls go to the other copies meanwhile
+            crash = await r.call(ToolCall("crash"))
+            assert crash.status == CRASHED
+            broken = [m for m in pool.members if not m.available]
+            assert len(broken) == 1
+            after = await r.run([ToolCall("ok", {"text": "fine"})] * 20)
+            assert all(x.status == OK for x in after)
+
+    asyncio.run(main())

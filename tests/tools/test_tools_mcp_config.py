@@ -56,6 +56,8 @@ def test_disabled_servers_and_foreign_keys(tmp_path):
         ({"s": {"command": "x", "url": "http://h"}}, "mcpServers.s", "exactly one of"),
         ({"s": {"command": "x", "timeout_s": "soon"}}, "mcpServers.s.timeout_s", "number"),
         ({"s": {"url": "http://h", "type": "carrier-pigeon"}}, "mcpServers.s.type", "Input should be"),
+        ({"s": {"command": "x", "processes": 0}}, "mcpServers.s.processes", "greater than or equal to 1"),
+        ({"s": {"url": "http://h", "processes": 2}}, "mcpServers.s", "copies of a stdio server"),
     ],
 )
 def test_errors_name_file_and_key(tmp_path, servers, key, message):
