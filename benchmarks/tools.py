@@ -26,6 +26,16 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (Linux /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def bench_concurrency(r: ToolRunner) -> None:
     n, secs, sample = 256, 0.2, 10
     singles = []
@@ -40,11 +50,14 @@ async def bench_concurrency(r: ToolRunner) -> None:
         await r.call(ToolCall("sleep", {"seconds": secs}))
     sequential = (time.perf_counter() - t0) / sample * n
     walls, errors = [], 0
+    server_pid = r.server_pids()["echo"]
+    cpu0, server_cpu0 = time.process_time(), cpu_seconds(server_pid)
     for _ in range(3):  # three bursts; the median damps other work on the machine
         t0 = time.perf_counter()
         results = await r.run([ToolCall("sleep", {"seconds": secs})] * n)
         walls.append(time.perf_counter() - t0)
         errors += sum(x.is_error for x in results)
+    client_cpu, server_cpu1 = (time.process_time() - cpu0) / (3 * n), cpu_seconds(server_pid)
     wall = statistics.median(walls)
     print(f"(1) {n} calls of a 200 ms async MCP tool")
     print(f"    one call: {one * 1e3:.1f} ms (median of 5)")
@@ -52,6 +65,8 @@ async def bench_concurrency(r: ToolRunner) -> None:
     bursts = ", ".join(f"{w * 1e3:.0f}" for w in walls)
     print(f"    ToolRunner, all {n} at once: {wall * 1e3:.1f} ms (median of 3 bursts: {bursts} ms), {errors} errors")
     print(f"    speed-up vs sequential {sequential / wall:.1f}x")
+    server = f"{(server_cpu1 - server_cpu0) / (3 * n) * 1e6:.0f} us" if server_cpu0 is not None and server_cpu1 is not None else "n/a"
+    print(f"    CPU per call in the bursts: client (ToolRunner, this process) {client_cpu * 1e6:.0f} us, server {server}")
     bare = await bare_session_burst(n, secs)
     print(f"    for reference, the same burst on a bare mcp ClientSession: {bare * 1e3:.1f} ms ({bare / one:.2f}x one call)")
     ratio = wall / one
