@@ -65,7 +65,9 @@ async def bench_concurrency(r: ToolRunner) -> None:
     bursts = ", ".join(f"{w * 1e3:.0f}" for w in walls)
     print(f"    ToolRunner, all {n} at once: {wall * 1e3:.1f} ms (median of 3 bursts: {bursts} ms), {errors} errors")
     print(f"    speed-up vs sequential {sequential / wall:.1f}x")
-    server = f"{(server_cpu1 - server_cpu0) / (3 * n) * 1e6:.0f} us" if server_cpu0 is not None and server_cpu1 is not None else "n/a"
+    server = "n/a"
+    if server_cpu0 is not None and server_cpu1 is not None:
+        server = f"{(server_cpu1 - server_cpu0) / (3 * n) * 1e6:.0f} us"
     print(f"    CPU per call in the bursts: client (ToolRunner, this process) {client_cpu * 1e6:.0f} us, server {server}")
     bare = await bare_session_burst(n, secs)
     print(f"    for reference, the same burst on a bare mcp ClientSession: {bare * 1e3:.1f} ms ({bare / one:.2f}x one call)")

@@ -171,7 +171,7 @@ class ServerConnection:
             async with asyncio.timeout(timeout):
                 if cfg.transport == "stdio":
                     self.process = await StdioProcess.spawn(self.name, cfg.executable(), cfg.args, cfg.env, cfg.cwd)
-                    session: Any = StdioSession(self.name, self.process)
+                    session: Session = StdioSession(self.name, self.process)
                 else:
                     from rlfactory.tools.mcp_remote import RemoteSession  # the SDK and httpx: only when used
 

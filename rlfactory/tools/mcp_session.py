@@ -51,10 +51,12 @@ class InvalidResult(RuntimeError):
 
 
 class Session(Protocol):
-    """An initialized MCP session, as `ServerConnection` uses it."""
+    """An MCP session, as `ServerConnection` uses it: `start()` once, then calls until closed."""
 
     @property
     def closed(self) -> bool: ...
+
+    async def start(self) -> list[mcp_types.Tool]: ...
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult: ...
 
@@ -221,15 +223,16 @@ class StdioSession:
             else:
                 err = msg.get("error")
                 if isinstance(err, dict):
-                    code = err.get("code")
-                    fut.set_exception(ServerError(code if isinstance(code, int) else 0, str(err.get("message", "")), err.get("data")))
+                    code = err.get("code") if isinstance(err.get("code"), int) else 0
+                    fut.set_exception(ServerError(code, str(err.get("message", "")), err.get("data")))
                 else:
                     fut.set_exception(InvalidResult(f"malformed response: {line[:200]!r}"))
         elif "id" in msg:  # a request from the server: we answer ping, and decline the rest
+            reply: dict[str, Any] = {"jsonrpc": "2.0", "id": msg["id"]}
             if method == "ping":
-                reply: dict[str, Any] = {"jsonrpc": "2.0", "id": msg["id"], "result": {}}
+                reply["result"] = {}
             else:
-                reply = {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": METHOD_NOT_FOUND, "message": f"Method not found: {method}"}}
+                reply["error"] = {"code": METHOD_NOT_FOUND, "message": f"Method not found: {method}"}
             try:
                 self._write(reply)
             except ConnectionLost:

@@ -65,7 +65,8 @@ def test_content_kinds_json_rpc_errors_and_output_schema_violations():
     async def check(r):
         rich, bad, rpc = await r.run([ToolCall("rich"), ToolCall("bad_output"), ToolCall("rpc_error")])
         assert rich.status == OK and rich.data == {"n": 1} and rich.image == "aW1n"
-        assert rich.text.split("\n") == ["first", "[image image/png]", "inside", "[binary resource file:///b.bin]", "[resource file:///c.txt]"]
+        blocks = ["first", "[image image/png]", "inside", "[binary resource file:///b.bin]", "[resource file:///c.txt]"]
+        assert rich.text.split("\n") == blocks
         assert bad.is_error and bad.status == ERROR and "returned an invalid result" in bad.text and "integer" in bad.text
         assert rpc.is_error and rpc.status == ERROR and rpc.text == "wire.rpc_error: bad things happened"
 

@@ -93,7 +93,8 @@ class WireServer:
                 fut.set_result(msg)
         elif method == "initialize":
             self.init_params = msg["params"]
-            self.reply(rid, {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "wire", "version": "1"}})
+            info = {"name": "wire", "version": "1"}
+            self.reply(rid, {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": info})
         elif method == "notifications/initialized":
             self.initialized = True
         elif method == "notifications/cancelled":

@@ -58,12 +58,12 @@ class _PipeServer:
                 try:
                     msg = json.loads(line)
                 except ValueError:
-                    self._send({"jsonrpc": "2.0", "id": None, "error": {"code": mcp_types.PARSE_ERROR, "message": "Parse error"}})
+                    self._send_error(mcp_types.PARSE_ERROR, "Parse error")
                     continue
                 if isinstance(msg, dict):
                     self._receive(msg)
                 elif line.strip():
-                    self._send({"jsonrpc": "2.0", "id": None, "error": {"code": mcp_types.INVALID_REQUEST, "message": "Invalid request"}})
+                    self._send_error(mcp_types.INVALID_REQUEST, "Invalid request")
         finally:  # stdin closed: the client is gone
             for task in list(self.running.values()):
                 task.cancel()
@@ -143,6 +143,9 @@ class _PipeServer:
 
     def _send(self, msg: dict[str, Any]) -> None:
         self.writer.write(json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+
+    def _send_error(self, code: int, message: str) -> None:
+        self._send({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
 
 
 async def _serve_pipes(server: Any) -> None:
