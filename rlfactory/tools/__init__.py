@@ -20,6 +20,7 @@ _WHERE = {
     "function_tool": "function",
     "MCPTool": "mcp_client",
     "ServerConnection": "mcp_client",
+    "ServerPool": "mcp_client",
     "ServerConfig": "mcp_config",
     "load_mcp_config": "mcp_config",
     "ToolMetrics": "metrics",
