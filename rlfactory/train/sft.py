@@ -9,6 +9,7 @@ So the loss mask is built the same way as in RL, and only model tokens are learn
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -103,6 +104,9 @@ def sft_train(model: Any, demos: Sequence[Trajectory], pad_id: int, cfg: SftConf
         g = step_generator(cfg.seed, step, "sft")
         idx = torch.randint(len(demos), (min(cfg.batch_size, len(demos)),), generator=g).tolist()
         batch = collate([demos[i] for i in idx], pad_id).to(device)
+        full_text = step < cfg.full_text_steps
+        if full_text:
+            batch = dataclasses.replace(batch, loss_mask=batch.completion_mask.float())
         logp, _ = policy_forward(model, batch, bf16=cfg.bf16)
         mask = batch.loss_mask
         loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
@@ -114,7 +118,7 @@ def sft_train(model: Any, demos: Sequence[Trajectory], pad_id: int, cfg: SftConf
         with torch.no_grad():
             acc = ((logp.exp() > 0.5).float() * mask).sum() / mask.sum().clamp(min=1)
         row = {"step": step + 1, "loss": loss.item(), "token_acc": acc.item(), "grad_norm": float(grad_norm),
-               "lr": sched.get_last_lr()[0], "tokens_per_s": batch.num_tokens() / (time.perf_counter() - t0)}
+               "lr": sched.get_last_lr()[0], "full_text": full_text, "tokens_per_s": batch.num_tokens() / (time.perf_counter() - t0)}
         if not math.isfinite(row["loss"]):
             raise FloatingPointError(f"sft step {step + 1}: loss is {row['loss']}")
         history.append(row)

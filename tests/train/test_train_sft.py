@@ -64,3 +64,37 @@ def test_sft_learns_the_demonstrated_tokens(tiny):
     assert len(history) == 30
     assert history[-1]["loss"] < 0.5 * history[0]["loss"]
     assert history[-1]["token_acc"] > history[0]["token_acc"]
+
+
+def _observation_logprob(model, traj, pad_id) -> float:
+    """Mean logprob of the observation tokens (the tool result) under `model`."""
+    from rlfactory.train.batch import collate
+
+    batch = collate([traj], pad_id)
+    with torch.no_grad():
+        logits = model(torch.tensor([traj.input_ids])).logits[0, :-1].float()
+    logp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(traj.input_ids[1:]).unsqueeze(-1))[:, 0]
+    start = traj.prompt_len
+    obs = (batch.completion_mask[0].bool() & (batch.loss_mask[0] == 0)).nonzero()[:, 0] + start - 1
+    return float(logp[obs].mean())
+
+
+def test_full_text_steps_train_on_the_tool_results_too(tiny):
+    from transformers import AutoModelForCausalLM
+
+    _, tok = tiny
+    path = resolve_model("tiny:1m")
+    traj = demo_to_trajectory(DEMO, make_tool_manager(tok, "qwen3"), [SEARCH])
+    after = {}
+    for full in (0, 20):
+        model = AutoModelForCausalLM.from_pretrained(path)
+        before = _observation_logprob(model, traj, tok.pad_token_id)
+        torch.manual_seed(0)
+        history = sft_train(model, [traj], tok.pad_token_id,
+                            SftConfig(steps=20, full_text_steps=full, batch_size=1, lr=3e-3, warmup_steps=2))
+        assert [h["full_text"] for h in history] == [True] * full + [False] * (20 - full)
+        after[full] = _observation_logprob(model, traj, tok.pad_token_id) - before
+    # The full-text run learns the tool result's tokens; model-only SFT moves them
+    # only as far as they resemble the model tokens (the name in the query).
+    assert after[20] > 1.0
+    assert after[20] > 2 * after[0]

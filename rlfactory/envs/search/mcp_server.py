@@ -32,9 +32,16 @@ def retrieve_payload(queries: list[str], topk: int) -> dict[str, Any]:
     return {"queries": queries, "topk": topk, "return_scores": True}
 
 
+_sync_clients: dict[float, httpx.Client] = {}
+
+
 def search_sync(url: str, query: str, topk: int = 3, timeout_s: float = 30.0) -> str:
-    """The same text as the MCP tool, without MCP (used by solvers that write demonstrations)."""
-    r = httpx.post(url.rstrip("/") + "/retrieve", json=retrieve_payload([query], topk), timeout=timeout_s)
+    """The same text as the MCP tool, without MCP (used by solvers that write demonstrations).
+    One client per process keeps the connection open: a fresh client per call costs ~30 ms."""
+    client = _sync_clients.get(timeout_s)
+    if client is None:
+        client = _sync_clients[timeout_s] = httpx.Client(timeout=timeout_s)
+    r = client.post(url.rstrip("/") + "/retrieve", json=retrieve_payload([query], topk))
     r.raise_for_status()
     return format_results(r.json()["result"][0])
 
