@@ -70,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topk", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=30.0)
     a = ap.parse_args(argv)
-    build_server(a.url, a.topk, a.timeout).run("stdio")
+    from rlfactory.tools.servers._serve import serve
+
+    serve(build_server(a.url, a.topk, a.timeout), [])  # stdio, with rlfactory's lighter pipe loop
     return 0
 
 
