@@ -83,6 +83,12 @@ def write_demonstrations(env: Any, tool_manager: Any, tools: Sequence[ToolSpec],
     return demos
 
 
+def full_text_view(traj: Trajectory) -> Trajectory:
+    """`traj` with every token after the first as one model segment (for loss on the whole text)."""
+    ids = traj.input_ids
+    return Trajectory(id=traj.id, group=traj.id, segments=[Segment("prompt", ids[:1]), Segment("model", ids[1:])], turns=1)
+
+
 def _lr_factor(step: int, cfg: SftConfig) -> float:
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
@@ -103,10 +109,12 @@ def sft_train(model: Any, demos: Sequence[Trajectory], pad_id: int, cfg: SftConf
         t0 = time.perf_counter()
         g = step_generator(cfg.seed, step, "sft")
         idx = torch.randint(len(demos), (min(cfg.batch_size, len(demos)),), generator=g).tolist()
-        batch = collate([demos[i] for i in idx], pad_id).to(device)
         full_text = step < cfg.full_text_steps
         if full_text:
+            batch = collate([full_text_view(demos[i]) for i in idx], pad_id).to(device)
             batch = dataclasses.replace(batch, loss_mask=batch.completion_mask.float())
+        else:
+            batch = collate([demos[i] for i in idx], pad_id).to(device)
         logp, _ = policy_forward(model, batch, bf16=cfg.bf16)
         mask = batch.loss_mask
         loss = -(logp * mask).sum() / mask.sum().clamp(min=1)

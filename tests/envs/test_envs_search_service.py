@@ -223,3 +223,33 @@ def test_demonstrations_rendered_by_the_real_tool_manager_score_one(env, family)
             assert score(env, traj).total == pytest.approx(1.0), traj.model_text()
     finally:
         env.family = "qwen3"
+
+
+def test_guess_rate_makes_the_solver_answer_some_train_rows_without_searching(env):
+    rows = env.load_split("train")
+    assert all(any(m.get("tool_calls") for m in env.solve(r)) for r in rows[:20])  # default: always searches
+    env.guess_rate = 0.5
+    try:
+        demos = [env.solve(r) for r in rows]
+        guessed = [(r, d) for r, d in zip(rows, demos) if not any(m.get("tool_calls") for m in d)]
+        assert 0.3 * len(rows) < len(guessed) < 0.7 * len(rows)
+        assert demos == [env.solve(r) for r in rows]  # the same rows guess every time
+        kinds = {}
+        for r in rows:
+            kinds.setdefault(tuple(r["extra_info"]["relations"]), set()).add(r["golden_answers"][0])
+        for r, d in guessed:
+            assert d[-1]["role"] == "assistant" and d[-1]["content"]  # an answer, straight away
+            answer = d[-1]["content"].removeprefix("<answer>").removesuffix("</answer>")
+            assert answer in kinds[tuple(r["extra_info"]["relations"])]  # a value of the right kind
+        wrong = sum(d[-1]["content"] != f"<answer>{r['golden_answers'][0]}</answer>" for r, d in guessed)
+        assert wrong > 0.5 * len(guessed)  # guesses are mostly wrong: searching pays
+        # test rows are never guessed: they are what the solver's reference searches come from
+        assert all(any(m.get("tool_calls") for m in env.solve(r)) for r in env.load_split("test"))
+    finally:
+        env.guess_rate = 0.0
+        env._guesses = None
+
+
+def test_guess_rate_out_of_range_is_a_clear_error():
+    with pytest.raises(ValueError, match="guess_rate"):
+        make_env("search", seed=1, n_train_entities=5, n_test_entities=2, guess_rate=1.5)

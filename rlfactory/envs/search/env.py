@@ -13,6 +13,7 @@ Reward: exact match with Search-R1's normalisation (0.9) + format (0.1).
 
 from __future__ import annotations
 
+import random
 import shutil
 import sys
 import tempfile
@@ -38,18 +39,26 @@ class SearchEnv(Env):
     `searchr1_single_turn` puts it in one user turn exactly as Search-R1 does), `train_data`,
     `test_data`, `corpus`, `retriever_url`, `topk` (3), `max_turns` (4), `system_prompt`; for
     the generated world: `seed` (0), `n_train_entities` (200), `n_test_entities` (50),
-    `max_hops` (2), `data_dir` (where to write it; default a temp dir removed on close)."""
+    `max_hops` (2), `data_dir` (where to write it; default a temp dir removed on close); for
+    demonstrations: `guess_rate` (0.0), the share of rows on which the solver answers without
+    searching, with the answer of another train question of the same kind (what a model without
+    the tool can do), so that a warm start imitates a policy that searches only some of the time."""
 
     name = "search"
 
     def __init__(self, *, family: str | None = "qwen3", train_data: str | None = None, test_data: str | None = None,
                  corpus: str | None = None, retriever_url: str | None = None, topk: int = 3, max_turns: int = 4,
                  system_prompt: str | None = None, searchr1_single_turn: bool = False, seed: int = 0, n_train_entities: int = 200,
-                 n_test_entities: int = 50, max_hops: int = 2, data_dir: str | None = None, **options: Any) -> None:
+                 n_test_entities: int = 50, max_hops: int = 2, data_dir: str | None = None, guess_rate: float = 0.0,
+                 **options: Any) -> None:
         super().__init__(**options)
         if options:
             raise TypeError(f"search env: unknown option(s) {', '.join(sorted(options))}")
         self.family = family or "qwen3"
+        if not 0.0 <= guess_rate <= 1.0:
+            raise ValueError(f"search env: guess_rate must be within [0, 1], got {guess_rate}")
+        self.guess_rate = guess_rate
+        self._guesses: dict[tuple[str, ...], list[str]] | None = None
         self.topk, self.max_turns, self.system_prompt = topk, max_turns, system_prompt
         self.searchr1_single_turn = searchr1_single_turn
         self.retriever_url = retriever_url.rstrip("/") if retriever_url else None
@@ -116,6 +125,10 @@ class SearchEnv(Env):
         info = row.get("extra_info") or {}
         messages = self.reset(row)
         subject, relations = info.get("subject"), list(info.get("relations") or [])
+        guess = self._guess(row, tuple(relations))
+        if guess is not None:
+            messages.append(self.answer_message(guess))
+            return messages
         if subject and relations:
             entity = subject
             for rel in relations:
@@ -132,6 +145,22 @@ class SearchEnv(Env):
                 raise ValueError("search env solver: no ground-truth answer in the search results")
         messages.append(self.answer_message(answer))
         return messages
+
+    def _guess(self, row: dict[str, Any], kind: tuple[str, ...]) -> str | None:
+        """For a train row, with probability `guess_rate` (fixed per row), a guessed answer: the answer of a random
+        train question of the same kind (the same relations), which is rarely this row's answer."""
+        if self.guess_rate <= 0.0 or (row.get("extra_info") or {}).get("split", "train") != "train":
+            return None
+        rng = random.Random(f"guess:{row.get('id')}:{question_of(row)}")
+        if rng.random() >= self.guess_rate:
+            return None
+        if self._guesses is None:
+            self._guesses = {}
+            for r in self.load_split("train"):
+                rels = tuple((r.get("extra_info") or {}).get("relations") or [])
+                self._guesses.setdefault(rels, []).extend(targets(r)[:1])
+        pool = self._guesses.get(kind) or [a for answers in self._guesses.values() for a in answers]
+        return rng.choice(pool) if pool else None
 
     def answer_message(self, answer: str) -> dict[str, Any]:
         """The final assistant message. Tool-calling families write the tags themselves; the
