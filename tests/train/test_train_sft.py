@@ -97,4 +97,4 @@ def test_full_text_steps_train_on_the_tool_results_too(tiny):
     # The full-text run learns the tool result's tokens; model-only SFT moves them
     # only as far as they resemble the model tokens (the name in the query).
     assert after[20] > 1.0
-    assert after[20] > 2 * after[0]
+    assert after[20] > after[0] + 1.0
