@@ -4,12 +4,12 @@ A demonstration is a chat conversation (system/user, then assistant turns with t
 tools' real results, and a final answer). It is turned into a Trajectory through the same
 ToolManager that rollouts use: the prompt is `render_prompt`, each assistant turn is the exact
 token ids the model would sample (`model_turn_ids`), each tool turn is `render_observation`.
-So the loss mask is built the same way as in RL, and only model tokens are learned.
+So the loss mask is built the same way as in RL, and only model tokens are learned, except in
+the first `full_text_steps` steps, which learn the whole text (`full_text_view`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -98,7 +98,8 @@ def _lr_factor(step: int, cfg: SftConfig) -> float:
 
 def sft_train(model: Any, demos: Sequence[Trajectory], pad_id: int, cfg: SftConfig,
               log=None) -> list[dict[str, float]]:
-    """Train `model` in place on `demos` (masked NLL on model tokens). Returns per-step metrics."""
+    """Train `model` in place on `demos` (masked NLL on model tokens; on every token during the first
+    `cfg.full_text_steps` steps). Returns per-step metrics."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
@@ -110,11 +111,8 @@ def sft_train(model: Any, demos: Sequence[Trajectory], pad_id: int, cfg: SftConf
         g = step_generator(cfg.seed, step, "sft")
         idx = torch.randint(len(demos), (min(cfg.batch_size, len(demos)),), generator=g).tolist()
         full_text = step < cfg.full_text_steps
-        if full_text:
-            batch = collate([full_text_view(demos[i]) for i in idx], pad_id).to(device)
-            batch = dataclasses.replace(batch, loss_mask=batch.completion_mask.float())
-        else:
-            batch = collate([demos[i] for i in idx], pad_id).to(device)
+        chosen = [full_text_view(demos[i]) if full_text else demos[i] for i in idx]
+        batch = collate(chosen, pad_id).to(device)
         logp, _ = policy_forward(model, batch, bf16=cfg.bf16)
         mask = batch.loss_mask
         loss = -(logp * mask).sum() / mask.sum().clamp(min=1)

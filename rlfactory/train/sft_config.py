@@ -18,9 +18,9 @@ class SftConfig(Section):
     """Peak learning rate (AdamW), reached after `warmup_steps` and decayed linearly to 10%."""
     full_text_steps: int = 0
     """How many of the first `steps` train on every token of the demonstration, prompt and tool
-    results included (like TRL's SFT without `assistant_only_loss`); the rest train on model tokens only. Reading
-    the passages teaches a model trained from scratch to copy names, which the model tokens alone
-    teach slowly."""
+    results included (like TRL's SFT without `assistant_only_loss`); the rest train on model
+    tokens only. Reading the passages teaches a model trained from scratch to copy names, which
+    the model tokens alone teach slowly."""
     warmup_steps: int = 10
     """Steps of linear warm-up."""
     max_grad_norm: float = 1.0

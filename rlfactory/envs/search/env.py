@@ -147,8 +147,8 @@ class SearchEnv(Env):
         return messages
 
     def _guess(self, row: dict[str, Any], kind: tuple[str, ...]) -> str | None:
-        """For a train row, with probability `guess_rate` (fixed per row), a guessed answer: the answer of a random
-        train question of the same kind (the same relations), which is rarely this row's answer."""
+        """For a train row, with probability `guess_rate` (fixed per row), a guessed answer: the
+        answer of a random train question of the same kind (the same relations), rarely this row's."""
         if self.guess_rate <= 0.0 or (row.get("extra_info") or {}).get("split", "train") != "train":
             return None
         rng = random.Random(f"guess:{row.get('id')}:{question_of(row)}")
