@@ -22,6 +22,7 @@ class Segment:
     text: str = ""
     logprobs: list[float] | None = None  # model segments: the sampler's logprob of each token
     policy_version: int | None = None  # model segments: the policy that sampled them
+    trainer_logprobs: list[float] | None = None  # model segments: the trainer's logprob of each token, before its update
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Trajectory:
     info: dict[str, Any] = field(default_factory=dict)  # the dataset row's fields the env keeps
     error: str | None = None  # what went wrong, for infra_error
     metrics: dict[str, float] = field(default_factory=dict)  # timings and counts from the rollout engine
+    advantage: float | None = None  # set by the trainer (gae: the mean over the model tokens); None = not trained on
 
     @property
     def input_ids(self) -> list[int]:

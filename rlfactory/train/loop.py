@@ -31,6 +31,7 @@ from rlfactory.algos.advantages import (
 from rlfactory.config import dump_config
 from rlfactory.rewards.base import score_all
 from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.train.batch import collate
 from rlfactory.train.checkpoint import CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from rlfactory.train.config import RunConfig
@@ -156,6 +157,7 @@ class Trainer:
             data.advantages = fn(rewards, groups, valid)[idx].to(self.device)
             out.update(tensor_stats("adv", data.advantages))
         metrics, logp_before = self.update(data, step_generator(tr.seed, step, "minibatch"))
+        annotate_trajectories([trajs[i] for i in idx.tolist()], logp_before, data.advantages)
         out.update(metrics)
         out.update(logprob_mismatch(logp_before, batch.sampler_logprobs, batch.loss_mask))
         out["batch/tokens"] = float(batch.num_tokens())
