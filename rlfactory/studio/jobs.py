@@ -1,0 +1,299 @@
+"""Launching and stopping rlfactory's own commands from the studio.
+
+A job is one `python -m rlfactory.cli.main {train|sft|eval} CONFIG ...` subprocess. Before
+anything starts, the config is validated exactly as the command line does (configs.check_config,
+then `load_config` on the file written); the run's output folder is forced inside the runs folder
+(`<runs>/<name>`). The job's record, its config and its output live in `<runs>/.studio/jobs/<id>/`.
+
+Stop = SIGINT to the command (what Ctrl-C does); it shuts its tool servers down itself. The
+studio then checks that every process the command had started is gone; stragglers get SIGTERM,
+then SIGKILL, and the record says so. Jobs run in their own session, so they keep running when
+the studio stops; a restarted studio finds them again from their records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlfactory.studio import procs
+from rlfactory.studio.configs import ConfigIssue, check_config, resolved_yaml
+from rlfactory.studio.paths import BadPath, safe_name
+
+COMMANDS = ("train", "sft", "eval")
+STOP_WAIT_S = 60.0
+INTERRUPTED = (130, -signal.SIGINT)
+
+
+@dataclass
+class Job:
+    id: str
+    command: str
+    argv: list[str]
+    run_id: str
+    run_dir: str
+    log_path: str
+    started: float
+    pid: int | None = None
+    pid_start: int | None = None
+    state: str = "running"  # running | finished | failed | stopped
+    reason: str = ""
+    returncode: int | None = None
+    ended: float | None = None
+    stop: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LaunchRefused(ValueError):
+    """The launch was refused before anything started; `issues` say why, by key."""
+
+    def __init__(self, issues: list[ConfigIssue]) -> None:
+        super().__init__("; ".join(f"{i.key}: {i.message}" for i in issues))
+        self.issues = issues
+
+
+class JobManager:
+    def __init__(self, runs: Path, workspace: Path) -> None:
+        self.runs = runs.resolve()
+        self.workspace = workspace.resolve()
+        self.folder = self.runs / ".studio" / "jobs"
+        self.jobs: dict[str, Job] = {}
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+        self._load()
+
+    # ---- records ------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        for rec in sorted(self.folder.glob("*/job.json")) if self.folder.is_dir() else []:
+            try:
+                job = Job(**json.loads(rec.read_text()))
+            except (OSError, ValueError, TypeError):
+                continue
+            if job.state == "running" and not (job.pid and procs.alive(job.pid, job.pid_start)):
+                self._ended_elsewhere(job)
+            self.jobs[job.id] = job
+
+    def _save(self, job: Job) -> None:
+        folder = self.folder / job.id
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / "job.json.tmp"
+        tmp.write_text(json.dumps(job.to_json(), indent=1))
+        os.replace(tmp, folder / "job.json")
+
+    def _ended_elsewhere(self, job: Job) -> None:
+        """A job that ended while no studio watched it: judge from its output."""
+        tail = log_tail(Path(job.log_path), 4000)
+        job.ended = job.ended or time.time()
+        if "rlfactory: interrupted" in tail:
+            job.state, job.reason = "stopped", "interrupted"
+        elif "Traceback" in tail or "error" in tail.lower():
+            job.state, job.reason = "failed", _last_line(tail)
+        else:
+            job.state, job.reason = "finished", _last_line(tail)
+        self._save(job)
+
+    def list(self) -> list[Job]:
+        with self._lock:
+            return sorted(self.jobs.values(), key=lambda j: j.started, reverse=True)
+
+    def get(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise KeyError(f"no job {job_id!r}")
+        if job.state == "running" and job.id not in self._procs and not procs.alive(job.pid or -1, job.pid_start):
+            self._ended_elsewhere(job)
+        return job
+
+    def latest_for(self, run_path: Path) -> Job | None:
+        key = str(run_path.resolve())
+        for job in self.list():
+            if job.run_dir == key:
+                return self.get(job.id)
+        return None
+
+    # ---- launch -------------------------------------------------------------------------------
+
+    def launch(self, command: str, text: str, overrides: list[str], base_dir: Path | None, name: str,
+               model: str | None = None, limit: int | None = None) -> Job:
+        """Validate, then start `rlfactory COMMAND` on the config; LaunchRefused names the keys."""
+        if command not in COMMANDS:
+            raise LaunchRefused([ConfigIssue("command", f"{command!r} is not one of {', '.join(COMMANDS)}")])
+        try:
+            name = safe_name(name, "run name")
+        except BadPath as e:
+            raise LaunchRefused([ConfigIssue("run name", str(e))]) from None
+        out_dir = self.runs / name
+        placed = {"train": [f"trainer.run_dir={out_dir}"], "sft": [f"sft.out={out_dir}"], "eval": []}[command]
+        checked = check_config(text, [*overrides, *placed], base_dir)
+        if not checked.ok:
+            raise LaunchRefused(checked.issues)
+        extra: list[str] = []
+        if command == "train" and (out_dir / "checkpoints").is_dir() and any((out_dir / "checkpoints").iterdir()):
+            raise LaunchRefused([ConfigIssue("trainer.run_dir", f"{out_dir} already holds checkpoints: pick another run "
+                                             "name, or resume that run from the Runs page")])
+        if command == "eval":
+            extra = self._eval_args(model, limit, out_dir)
+        return self._start(command, resolved_yaml(checked.config), extra, out_dir, base_dir)
+
+    def _eval_args(self, model: str | None, limit: int | None, out_dir: Path) -> list[str]:
+        model = (model or "").strip()
+        if not model:
+            raise LaunchRefused([ConfigIssue("--model", "eval needs a model: a checkpoint's model folder or tiny:1m")])
+        if not model.startswith("tiny:"):
+            p = Path(model) if Path(model).is_absolute() else self.workspace / model
+            p = p.resolve()
+            if not p.is_dir() or not (p.is_relative_to(self.runs) or p.is_relative_to(self.workspace)):
+                raise LaunchRefused([ConfigIssue("--model", f"{model}: not a model folder under the runs or work folder")])
+            model = str(p)
+        args = ["--model", model, "--out", str(out_dir / "eval.json")]
+        if limit:
+            args += ["--limit", str(int(limit))]
+        return args
+
+    def resume(self, run_path: Path) -> Job:
+        """`rlfactory train <run>/config.yaml --resume`."""
+        cfg = run_path / "config.yaml"
+        if not cfg.is_file():
+            raise LaunchRefused([ConfigIssue("run", f"{run_path.name} has no config.yaml to resume from")])
+        current = self.latest_for(run_path)
+        if current is not None and current.state == "running":
+            raise LaunchRefused([ConfigIssue("run", f"{run_path.name} is already running (job {current.id})")])
+        checked = check_config(cfg.read_text(encoding="utf-8"), [f"trainer.run_dir={run_path}"], run_path)
+        if not checked.ok:
+            raise LaunchRefused(checked.issues)
+        return self._start("train", resolved_yaml(checked.config), ["--resume"], run_path, None)
+
+    def _start(self, command: str, config_text: str, extra: list[str], out_dir: Path, base_dir: Path | None) -> Job:
+        from rlfactory.config import ConfigError, load_config
+        from rlfactory.train.config import RunConfig
+
+        job_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        folder = self.folder / job_id
+        folder.mkdir(parents=True)
+        cfg_path = folder / "config.yaml"
+        cfg_path.write_text(config_text, encoding="utf-8")
+        try:
+            load_config(RunConfig, cfg_path)  # the file the command will read passes its own check
+        except ConfigError as e:
+            raise LaunchRefused([ConfigIssue("config", str(e))]) from None
+        argv = [sys.executable, "-m", "rlfactory.cli.main", command, str(cfg_path), *extra]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if base_dir is not None:  # module:function names in the config import from its folder
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(base_dir), env.get("PYTHONPATH", "")) if p)
+        log_path = folder / "output.log"
+        job = Job(id=job_id, command=command, argv=argv[2:], run_id=out_dir.relative_to(self.runs).as_posix(),
+                  run_dir=str(out_dir.resolve()), log_path=str(log_path), started=time.time())
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=self.workspace, env=env, start_new_session=True)
+        job.pid, job.pid_start = proc.pid, procs.start_time(proc.pid)
+        with self._lock:
+            self.jobs[job_id] = job
+            self._procs[job_id] = proc
+        self._save(job)
+        threading.Thread(target=self._watch, args=(job, proc), daemon=True, name=f"studio-job-{job_id}").start()
+        return job
+
+    def _watch(self, job: Job, proc: subprocess.Popen) -> None:
+        rc = proc.wait()
+        with self._lock:
+            job.returncode, job.ended = rc, time.time()
+            if rc == 0:
+                job.state, job.reason = "finished", "exit 0"
+            elif rc in INTERRUPTED or job.stop:
+                job.state, job.reason = "stopped", f"interrupted (exit {rc})"
+            else:
+                job.state, job.reason = "failed", f"exit {rc}: {_last_line(log_tail(Path(job.log_path), 4000))}"
+            self._procs.pop(job.id, None)
+        self._save(job)
+
+    # ---- stop ---------------------------------------------------------------------------------
+
+    def stop(self, job_id: str, wait_s: float = STOP_WAIT_S) -> Job:
+        """SIGINT the command, wait for it, then make sure nothing it started is left."""
+        job = self.get(job_id)
+        if job.state != "running" or job.pid is None:
+            return job
+        tree = procs.descendants(job.pid)
+        job.stop = {"signal": "SIGINT", "requested": time.time(), "processes": len(tree) + 1}
+        self._save(job)
+        os.kill(job.pid, signal.SIGINT)
+        deadline = time.monotonic() + wait_s
+        while procs.alive(job.pid, job.pid_start) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        escalated = []
+        if procs.alive(job.pid, job.pid_start):
+            tree.append((job.pid, job.pid_start or 0))
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            left = [(p, s) for p, s in tree if procs.alive(p, s)]
+            if not left:
+                break
+            for p, _ in left:
+                try:
+                    os.kill(p, sig)
+                except ProcessLookupError:
+                    pass
+            escalated.append({"signal": sig.name, "pids": [p for p, _ in left]})
+            end = time.monotonic() + 5
+            while any(procs.alive(p, s) for p, s in left) and time.monotonic() < end:
+                time.sleep(0.1)
+        proc = self._procs.get(job.id)
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        job.stop.update(escalated=escalated, survivors=[p for p, s in tree if procs.alive(p, s)], done=time.time())
+        if job.id not in self._procs and job.state == "running":
+            job.state, job.reason = "stopped", "interrupted"
+        self._save(job)
+        return job
+
+    def stop_all(self) -> None:
+        for job in self.list():
+            if job.state == "running" and job.id in self._procs:
+                self.stop(job.id)
+
+
+def log_tail(path: Path, max_bytes: int) -> str:
+    """The last `max_bytes` of a log, as text."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def read_log(path: Path, offset: int, max_bytes: int = 1 << 20) -> tuple[str, int]:
+    """Log text from byte `offset` on (complete lines only), and the new offset. Progress bars'
+    carriage returns count as line ends."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(max_bytes)
+    except OSError:
+        return "", offset
+    cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+    if cut < 0:
+        return "", offset
+    return data[: cut + 1].decode("utf-8", errors="replace"), offset + cut + 1
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""

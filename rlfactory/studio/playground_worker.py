@@ -1,0 +1,187 @@
+"""The Playground's rollout, in its own process: `python -m rlfactory.studio.playground_worker`.
+
+Reads one JSON request on stdin, rolls out one trajectory with rlfactory's rollout API
+(`open_rollout`, the same engine training uses) and writes one JSON event per line on stdout as
+the rollout happens: `status`, `prompt`, `model` (a model turn's tokens with the sampler's
+logprobs), `tool_calls`, `tool_results`, `observation`, then `trajectory` (the whole record,
+scored when the env has a reward and a reference answer was given), or `error`; `done` last.
+
+Request: {config: path to a run config or a tool config, model: "tiny:1m" or a folder,
+question, answer (optional), max_turns, max_new_tokens, temperature, seed,
+script (optional: the text to force for each model turn, in order; the model's own tokens are
+replaced by these, through rlfactory.rollout.scripted.ScriptedPolicy)}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+PROMPT_ENV = "rlfactory.rollout.prompt_env:PromptEnv"
+
+
+def emit(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def build_config(req: dict[str, Any]) -> Any:
+    """The RunConfig of a playground request (ConfigError names the key)."""
+    from rlfactory.config import apply_overrides, read_yaml, validate
+    from rlfactory.train.config import RunConfig
+
+    path = Path(req["config"]) if req.get("config") else None
+    data: dict[str, Any] = {}
+    base_dir = None
+    if path is not None:
+        base_dir = str(path.parent)
+        bare = path.suffix.lower() in (".json", ".pydata")
+        raw = {} if bare else read_yaml(path)
+        if bare or "mcpServers" in raw:  # a tool config: a plain prompt env with those tools
+            data = {"tools": {"mcp": str(path)}, "env": {"name": PROMPT_ENV}}
+        else:
+            data = raw
+    else:
+        data = {"env": {"name": PROMPT_ENV}}
+    overrides = [f"model.path={req.get('model') or 'tiny:1m'}", f"sampling.seed={int(req.get('seed', 0))}",
+                 "trainer.progress=false"]
+    for key, name in (("max_turns", "rollout.max_turns"), ("max_new_tokens", "rollout.max_new_tokens"),
+                      ("temperature", "sampling.temperature")):
+        if req.get(key) not in (None, ""):
+            overrides.append(f"{name}={req[key]}")
+    data = apply_overrides(data, overrides)
+    return validate(RunConfig, data, f"{path or 'playground'} (with {' '.join(overrides)})", base_dir)
+
+
+class GeneratorTap:
+    """Wraps the generator: reports the prompt, each observation and each model turn as it happens."""
+
+    def __init__(self, inner: Any, tokens: Callable[[list[int], list[float] | None], list], decode: Callable) -> None:
+        self.inner, self.tokens, self.decode = inner, tokens, decode
+        self.context = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _before(self, ids: list[int]) -> None:
+        if self.context == 0:
+            emit({"type": "prompt", "tokens": self.tokens(ids, None), "text": self.decode(ids)})
+        elif len(ids) > self.context:
+            new = ids[self.context:]
+            emit({"type": "observation", "tokens": self.tokens(new, None), "text": self.decode(new)})
+        self.context = len(ids)
+
+    def _after(self, res: Any) -> None:
+        emit({"type": "model", "tokens": self.tokens(res.token_ids, res.logprobs), "text": res.text or self.decode(res.token_ids),
+              "finish_reason": res.finish_reason, "gen_s": res.gen_s})
+        self.context += len(res.token_ids)
+
+    async def submit(self, request: Any) -> Any:
+        self._before(list(request.prompt_ids))
+        res = await self.inner.submit(request)
+        self._after(res)
+        return res
+
+    async def generate(self, requests: list[Any]) -> list[Any]:
+        return [await self.submit(r) for r in requests]
+
+
+class EnvTap:
+    """Wraps the env: reports each tool turn's calls and results."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def step(self, calls: list[Any], runner: Any) -> list[Any]:
+        emit({"type": "tool_calls", "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]})
+        results = await self.inner.step(calls, runner)
+        emit({"type": "tool_results", "results": [
+            {"name": c.name, "status": r.status, "is_error": r.is_error, "text": r.text, "latency_s": r.latency_s,
+             "cached": r.cached} for c, r in zip(calls, results)]})
+        return results
+
+
+def script_policy(script: list[str], tokenizer: Any, tool_manager: Any) -> Any:
+    """A ScriptedPolicy forcing turn k's text (the last entry repeats)."""
+    from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
+
+    turns = {"n": 0}
+
+    def plan(_context: str) -> TurnPlan:
+        k = min(turns["n"], len(script) - 1)
+        turns["n"] += 1
+        return TurnPlan(free=0, forced=script[k])
+
+    end = list(tool_manager.stop_token_ids())[0]
+    return ScriptedPolicy(tokenizer, plan, end, banned=[])
+
+
+async def run(req: dict[str, Any]) -> None:
+    from rlfactory.chat import make_tool_manager
+    from rlfactory.rollout.build import load_model, open_rollout, pick_device
+
+    cfg = build_config(req)
+    emit({"type": "status", "message": f"loading {cfg.model.path}"})
+    model, tokenizer = load_model(cfg.model, pick_device(cfg.model.device))
+    piece: dict[int, str] = {}
+
+    def tokens(ids: list[int], lps: list[float] | None) -> list:
+        out = []
+        for j, i in enumerate(ids):
+            if i not in piece:
+                piece[i] = tokenizer.decode([i], skip_special_tokens=False)
+            out.append([i, piece[i], lps[j] if lps is not None and j < len(lps) else None, None])
+        return out
+
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    processor = None
+    script = [s for s in (req.get("script") or []) if isinstance(s, str) and s.strip()]
+    if script:
+        tm = make_tool_manager(tokenizer, cfg.model.family, getattr(model.config, "model_type", None))
+        processor = script_policy(script, tokenizer, tm)
+    emit({"type": "status", "message": "starting tools"})
+    async with open_rollout(cfg, model=model, tokenizer=tokenizer, logits_processor=processor) as session:
+        engine = session.engine
+        engine.generator = GeneratorTap(engine.generator, tokens, decode)
+        engine.env = EnvTap(engine.env)
+        emit({"type": "status", "message": f"rolling out ({len(session.runner.specs())} tools)",
+              "tools": [s.name for s in session.runner.specs()]})
+        answer = (req.get("answer") or "").strip()
+        row = {"id": "playground", "question": req["question"]}
+        if answer:
+            row.update(answer=answer, golden_answers=[answer])
+        (traj,) = await engine.run([row], 1)
+        if answer and traj.status != "infra_error":
+            try:
+                reward = session.env.reward()
+            except NotImplementedError:
+                reward = None
+            if reward is not None:
+                s = await reward.score(traj)
+                traj.reward, traj.reward_terms = float(s.total), dict(s.terms)
+        emit({"type": "trajectory", "trajectory": traj.to_dict()})
+
+
+def main() -> int:
+    req = json.loads(sys.stdin.readline() or "{}")
+    try:
+        asyncio.run(run(req))
+    except KeyboardInterrupt:
+        emit({"type": "error", "message": "stopped"})
+    except Exception as e:  # one line for the page; the traceback on stderr
+        import traceback
+
+        traceback.print_exc()
+        emit({"type": "error", "message": f"{type(e).__name__}: {e}"})
+    emit({"type": "done"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
