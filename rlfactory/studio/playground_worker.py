@@ -41,7 +41,8 @@ def build_config(req: dict[str, Any]) -> Any:
         bare = path.suffix.lower() in (".json", ".pydata")
         raw = {} if bare else read_yaml(path)
         if bare or "mcpServers" in raw:  # a tool config: a plain prompt env with those tools
-            data = {"tools": {"mcp": str(path)}, "env": {"name": PROMPT_ENV}}
+            data = {"tools": {"mcp": str(path)}, "env": {"name": PROMPT_ENV},
+                    "reward": {"terms": {"exact_match": 1.0, "format": 0.1}}}
         else:
             data = raw
     else:
@@ -158,14 +159,26 @@ async def run(req: dict[str, Any]) -> None:
             row.update(answer=answer, golden_answers=[answer])
         (traj,) = await engine.run([row], 1)
         if answer and traj.status != "infra_error":
+            from rlfactory.config import ConfigError
+            from rlfactory.rewards import build_reward
+
             try:
-                reward = session.env.reward()
+                default = session.env.reward()
             except NotImplementedError:
+                default = None
+            try:
+                reward = build_reward(cfg.reward, default=default, tools=session.runner.tools())
+            except ConfigError:
                 reward = None
             if reward is not None:
                 s = await reward.score(traj)
                 traj.reward, traj.reward_terms = float(s.total), dict(s.terms)
-        emit({"type": "trajectory", "trajectory": traj.to_dict()})
+        from rlfactory.studio.steps import trajectory_view
+        from rlfactory.studio.tokens import TokenText
+
+        text_of = TokenText(lambda i: piece.get(i) or tokenizer.decode([i], skip_special_tokens=False),
+                            tokenizer.convert_ids_to_tokens)
+        emit({"type": "trajectory", "trajectory": traj.to_dict(), "view": trajectory_view(traj.to_dict(), text_of)})
 
 
 def main() -> int:

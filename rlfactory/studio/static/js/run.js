@@ -1,0 +1,129 @@
+// One run: live metrics (server-sent events append what metrics.jsonl gains), trajectories, config.
+import { api, h, fmt, badge, qs, listen, toast, errorBox } from "./util.js";
+import { LineChart } from "./chart.js";
+import { trajectoriesTab } from "./traj.js";
+
+const CHARTS = [
+  { title: "Reward", match: k => k.startsWith("reward/") && k !== "reward/std", eval: k => k === "reward/mean" },
+  { title: "Accuracy", match: k => k === "accuracy", eval: k => k === "accuracy" },
+  { title: "KL and logprob mismatch", match: k => ["policy/approx_kl", "policy/kl", "mismatch/kl", "mismatch/abs_diff"].includes(k) },
+  { title: "Entropy", match: k => k === "policy/entropy" },
+  { title: "Clip fraction", match: k => k === "policy/clipfrac" },
+  { title: "Grad norm", match: k => k === "optim/grad_norm" },
+  { title: "Tokens / s", match: k => k === "perf/gen_tokens_per_s" || k === "perf/train_tokens_per_s" },
+  { title: "Step time split (s)", match: k => ["time/rollout_s", "traj/gen_s", "traj/tool_s", "time/score_s", "time/train_s"].includes(k) },
+  { title: "Tool calls", match: k => k === "traj/tool_calls" || /^tool\/.+\/calls$/.test(k) },
+  { title: "Tool errors and timeouts", match: k => k === "tools/error_rate" || /^tool\/.+\/(errors|timeouts)$/.test(k) },
+  { title: "Tool latency (s)", match: k => /^tool\/.+\/latency_s$/.test(k) },
+  { title: "Statuses per step", match: k => k.startsWith("status/") },
+  { title: "Policy loss", match: k => k === "loss/policy" || k === "loss/value" },
+  { title: "Tokens per trajectory", match: k => k === "traj/tokens" || k === "traj/model_tokens" },
+];
+
+export async function runPage(app, runId, params) {
+  const info = await api(`/api/run?${qs({ run: runId })}`);
+  const tab = params.get("tab") || "metrics";
+  const statusEl = h("span", { id: "run-status" }, badge(info.summary.status));
+  const actions = h("span", { class: "row" });
+  const head = h("div", { class: "row" }, h("h1", { style: { margin: 0 } }, runId), statusEl,
+    h("span", { class: "muted", id: "run-summary" }, summaryText(info.summary)), h("span", { class: "grow" }), actions);
+  const link = t => `#/run/${encodeURIComponent(runId)}?tab=${t}`;
+  const tabs = h("div", { class: "tabs" }, [["metrics", "Live metrics"], ["traj", "Trajectories"], ["config", "Config"]]
+    .map(([t, label]) => h("a", { href: link(t), class: t === tab ? "active" : "", id: `tab-${t}` }, label)));
+  const body = h("div");
+  app.append(head, tabs, body);
+  const setActions = summary => {
+    actions.replaceChildren();
+    statusEl.replaceChildren(badge(summary.status));
+    statusEl.title = summary.status_reason;
+    if (summary.status !== "running" && summary.steps_total && summary.steps_done < summary.steps_total) {
+      actions.append(h("button", { id: "resume", onclick: async () => {
+        try { const r = await api("/api/run/resume", { run: runId }); toast(`resumed: job ${r.job.id}`); location.hash = `#/new?job=${r.job.id}`; }
+        catch (e) { toast(e.message); }
+      } }, "Resume"));
+    }
+  };
+  setActions(info.summary);
+  if (tab === "config") {
+    body.append(h("div", { class: "panel" }, h("pre", { class: "mono" }, info.config || "(no config.yaml)")));
+    return;
+  }
+  if (tab === "traj") {
+    await trajectoriesTab(body, runId, info.steps, params);
+    return;
+  }
+  await metricsTab(body, runId, info, setActions);
+}
+
+function summaryText(s) {
+  return `${s.model} · ${s.env} · ${s.algorithm} · step ${s.steps_done}${s.steps_total ? " / " + s.steps_total : ""}`;
+}
+
+async function metricsTab(body, runId, info, setActions) {
+  const m = await api(`/api/run/metrics?${qs({ run: runId })}`);
+  const pick = step => {
+    const steps = info.steps;
+    if (!steps.length) { toast("this run logged no trajectories"); return; }
+    const near = steps.reduce((a, b) => Math.abs(b - step) < Math.abs(a - step) ? b : a);
+    location.hash = `#/run/${encodeURIComponent(runId)}?tab=traj&step=${near}`;
+  };
+  const charts = CHARTS.map(spec => ({ spec, chart: new LineChart(spec.title, { onPick: pick }) }));
+  const grid = h("div", { class: "charts", id: "charts" });
+  const note = h("div", { class: "muted", id: "metrics-note", style: { marginBottom: "8px" } });
+  const anySel = h("select", { id: "any-metric" }, h("option", { value: "" }, "another metric…"));
+  const anyChart = new LineChart("(pick a metric)", { onPick: pick });
+  body.append(note, grid, h("h2", {}, "Any metric"), h("div", { class: "row" }, anySel), h("div", { style: { maxWidth: "720px" } }, anyChart.el));
+  const train = m.train, evals = m.eval;
+  const keys = Object.keys(train.values).sort();
+  for (const k of keys) anySel.append(h("option", { value: k }, k));
+  for (const { spec, chart } of charts) {
+    const series = keys.filter(spec.match).map(k => ({ name: k, steps: train.steps, values: train.values[k] }));
+    if (spec.eval) for (const k of Object.keys(evals.values).filter(spec.eval)) {
+      series.push({ name: `eval ${k}`, steps: evals.steps, values: evals.values[k], markers: true });
+    }
+    chart.setSeries(series);
+    if (series.length) grid.append(chart.el);
+  }
+  anySel.addEventListener("change", () => {
+    const k = anySel.value;
+    anyChart.el.querySelector(".title span").textContent = k;
+    anyChart.setSeries(k ? [{ name: k, steps: train.steps, values: train.values[k] }] : []);
+  });
+  const setNote = () => {
+    note.textContent = train.sampled
+      ? `${train.steps.length} of the run's steps drawn (an even sample of a long run); live steps are added as they come.`
+      : `${train.steps.length} steps${evals.steps.length ? `, ${evals.steps.length} evaluations` : ""}.`;
+  };
+  setNote();
+  const add = (records, kind) => {
+    for (const r of records) {
+      if (kind === "train") {
+        const n = train.steps.length;
+        for (const k of Object.keys(r)) {
+          if (k === "step" || train.values[k]) continue;
+          train.values[k] = new Array(n).fill(null);
+          anySel.append(h("option", { value: k }, k));
+        }
+        train.steps.push(r.step);
+        for (const k of Object.keys(train.values)) train.values[k].push(typeof r[k] === "number" ? r[k] : null);
+        if (anySel.value && typeof r[anySel.value] === "number") anyChart.append(anySel.value, r.step, r[anySel.value]);
+      }
+      for (const { spec, chart } of charts) {
+        for (const [k, v] of Object.entries(r)) {
+          if (k === "step" || typeof v !== "number") continue;
+          if (kind === "train" && spec.match(k)) chart.append(k, r.step, v);
+          if (kind === "eval" && spec.eval && spec.eval(k)) chart.append(`eval ${k}`, r.step, v, { markers: true });
+        }
+        if (chart.series.length && !chart.el.isConnected) grid.append(chart.el);
+      }
+    }
+    for (const { chart } of charts) chart.draw();
+    anyChart.draw();
+  };
+  listen(`/api/run/events?${qs({ run: runId, offset: train.end_offset, eval_offset: evals.end_offset })}`, {
+    metrics: d => { add(d.train, "train"); add(d.eval, "eval"); setNote(); },
+    reset: () => { location.reload(); },
+    steps: d => { info.steps = d.steps; },
+    status: s => { setActions(s); document.getElementById("run-summary").textContent = summaryText(s); },
+  });
+}
