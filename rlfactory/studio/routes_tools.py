@@ -49,7 +49,8 @@ async def list_files(request: Request):
                 base = st.workspace if p.resolve().is_relative_to(st.workspace) else st.runs
                 label = p.resolve().relative_to(base).as_posix()
                 out.append({"path": str(p.resolve()), "label": label})
-    out.sort(key=lambda f: (Path(f["path"]).suffix.lower() == ".json", f["label"]))  # .json last: often not data
+    if suffixes == DATA_SUFFIXES:  # .json last: often a config, not data
+        out.sort(key=lambda f: (Path(f["path"]).suffix.lower() == ".json", f["label"]))
     return ok({"files": out})
 
 
