@@ -30,15 +30,18 @@ export async function dataPage(app) {
     try { const r = await upload(up.files[0]); fileSel.append(h("option", { value: r.path, selected: true }, r.label)); toast(`uploaded ${r.label}`); preview(); }
     catch (e) { out.replaceChildren(errorBox(e)); up.value = ""; }
   });
+  let asked = 0;
   const preview = async () => {
+    const mine = ++asked;
     try {
       const d = await api("/api/data/preview", { path: fileSel.value });
+      if (mine !== asked) return;  // a later choice is on its way
       out.replaceChildren(renderPreview(d, "preview"));
       const names = d.columns.map(c => c.name);
       for (const [sel, want] of [[qCol, "question"], [aCol, "answer"]]) {
         sel.replaceChildren(...names.map(n => h("option", { value: n, selected: n === want || (want === "answer" && n === "answers") }, n)));
       }
-    } catch (e) { out.replaceChildren(errorBox(e)); }
+    } catch (e) { if (mine === asked) out.replaceChildren(errorBox(e)); }
   };
   previewBtn.addEventListener("click", preview);
   fileSel.addEventListener("change", preview);
