@@ -32,7 +32,8 @@ def test_readme_lists_the_commands_tested_here():
     test_cmd = "bash scripts/setup.sh && .venv/bin/python -m pytest -q"
     assert test_cmd in readme and test_cmd in (ROOT / ".ci" / "run").read_text()
     tour = set(re.findall(r"\.venv/bin/rlfactory (\S+)", readme))
-    assert tour <= {"demo", "--help", "make-tiny-model", "tools", "rollout", "sft", "train", "eval"}, tour
+    assert tour <= {"demo", "--help", "make-tiny-model", "tools", "rollout", "sft", "train", "eval", "ui"}, tour
+    assert ".venv/bin/rlfactory ui --runs runs" in readme
 
 
 def test_help_and_make_tiny_model(tmp_path, capsys):
@@ -98,3 +99,31 @@ def test_custom_env_from_one_file_rolls_out_warm_starts_and_trains(tmp_path, cap
                  "trainer.progress=false"]) == 0
     metrics = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert "reward/exact_match" in metrics and "reward/capitals/short_answer" in metrics
+
+
+def test_ui_serves_the_studio_behind_its_token(tmp_path):
+    """`rlfactory ui --runs DIR` (here on a free port): prints its URL with the token, serves the
+    studio to that token only, and stops on Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "ui", "--runs", str(tmp_path / "runs"),
+                             "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = None
+        for line in proc.stdout:
+            m = re.search(r"open (http://127\.0\.0\.1:\d+)/\?token=(\S+)", line)
+            if m:
+                url, token = m.groups()
+                break
+        assert url is not None
+        assert httpx.get(url + "/api/runs").status_code == 401
+        page = httpx.get(f"{url}/?token={token}", follow_redirects=True)
+        assert page.status_code == 200 and "rlfactory studio" in page.text
+        assert httpx.get(url + "/api/runs", headers={"X-Studio-Token": token}).json()["runs"] == []
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130  # stopped by Ctrl-C, like every rlfactory command

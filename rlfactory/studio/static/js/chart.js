@@ -91,7 +91,7 @@ export class LineChart {
     for (const v of yt) {
       const y = Math.round(Y(v)) + 0.5;
       ctx.beginPath(); ctx.moveTo(g.l, y); ctx.lineTo(g.w - g.r, y); ctx.stroke();
-      const a = Math.abs(v), label = a !== 0 && (a >= 1e5 || a < 1e-4) ? v.toExponential(1) : v.toFixed(digits);
+      const a = Math.abs(v), label = a === 0 ? "0" : (a >= 1e5 || digits > 3) ? v.toExponential(1) : v.toFixed(digits);
       ctx.textAlign = "right"; ctx.fillText(label, g.l - 5, y + 3);
     }
     ctx.textAlign = "center";

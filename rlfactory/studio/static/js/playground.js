@@ -28,7 +28,7 @@ export async function playgroundPage(app) {
       h("div", { class: "row", style: { marginTop: "8px" } }, h("label", { class: "grow" }, "question", question), h("label", {}, "answer", answer)),
       h("details", { style: { marginTop: "8px" } }, h("summary", {}, "scripted turns"), script),
       h("div", { class: "row", style: { marginTop: "10px" } }, runBtn, stopBtn, state)),
-    h("div", { class: "cols" }, live, turnLog));
+    h("div", { class: "pg-cols" }, live, turnLog));
   question.addEventListener("keydown", ev => { if (ev.key === "Enter") runBtn.click(); });
   stopBtn.addEventListener("click", async () => { await api("/api/playground/stop", {}); state.textContent = "stopped"; });
   runBtn.addEventListener("click", async () => {
