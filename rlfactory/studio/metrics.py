@@ -71,7 +71,6 @@ def _line_at(f: Any, offset: int, size: int) -> tuple[int, bytes] | None:
             nl = chunk.find(b"\n")
             if nl >= 0:
                 start += len(buf) + nl
-                rest = chunk[nl + 1:]
                 break
             buf += chunk
         f.seek(start)
@@ -86,7 +85,6 @@ def _line_at(f: Any, offset: int, size: int) -> tuple[int, bytes] | None:
         if nl >= 0:
             return start, data + chunk[:nl]
         data += chunk
-    del rest  # pragma: no cover
 
 
 def read_all(path: Path, start: int = 0, end: int | None = None) -> Series:

@@ -11,7 +11,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.routing import Route
 
-from rlfactory.config import ConfigError
 from rlfactory.studio import datasets, scoring
 from rlfactory.studio.paths import BadPath, safe_name, within_any
 from rlfactory.studio.runs import find_runs, run_dir
@@ -230,10 +229,6 @@ async def playground_events(request: Request):
 async def playground_stop(request: Request):
     await run_in_threadpool(_state(request).playground.stop_all)
     return ok({"stopped": True})
-
-
-def config_errors(exc: ConfigError) -> ApiError:
-    return ApiError(400, str(exc))
 
 
 routes = [

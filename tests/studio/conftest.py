@@ -97,7 +97,7 @@ def studio(runs_root) -> Studio:
     stop_studio(s)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # Playwright's sync API holds an event loop: let it go with the module
 def browser():
     exe = chromium_path()
     if exe is None:
