@@ -59,8 +59,8 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     n_calls = sum(tool_status.values())
     out["tools/error_rate"] = (n_calls - tool_status.get("ok", 0)) / n_calls if n_calls else 0.0
     out.update(per_tool_metrics(trajs))
-    out["traj/gen_s"] = _mean([t.metrics.get("gen_s", 0.0) for t in trajs])
-    out["traj/tool_s"] = _mean([t.metrics.get("tool_s", 0.0) for t in trajs])
+    out["time/traj_gen_s"] = _mean([t.metrics.get("gen_s", 0.0) for t in trajs])
+    out["time/traj_tool_s"] = _mean([t.metrics.get("tool_s", 0.0) for t in trajs])
     counts = Counter(t.status for t in trajs)
     for s in STATUSES:
         out[f"status/{s}"] = float(counts.get(s, 0))
@@ -68,8 +68,9 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
 
 
 def per_tool_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """tool/<name>/calls, /errors (status not ok), /timeouts and /latency_s (mean) over a step's
-    tool calls, one set per tool name (malformed calls, which name no tool, are left out)."""
+    """tool/<name>/calls, tool/<name>/errors (status not ok), tool/<name>/timeouts and
+    time/tool/<name>/latency_s (mean; a timing, so under time/) over a step's tool calls, one set
+    per tool name (malformed calls, which name no tool, are left out)."""
     calls: dict[str, list] = {}
     for t in trajs:
         for c in t.tool_calls:
@@ -80,7 +81,7 @@ def per_tool_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         out[f"tool/{name}/calls"] = float(len(cs))
         out[f"tool/{name}/errors"] = float(sum(c.status != "ok" for c in cs))
         out[f"tool/{name}/timeouts"] = float(sum(c.status == "timeout" for c in cs))
-        out[f"tool/{name}/latency_s"] = _mean([float(c.latency_s) for c in cs])
+        out[f"time/tool/{name}/latency_s"] = _mean([float(c.latency_s) for c in cs])
     return out
 
 

@@ -54,10 +54,10 @@ def test_logged_trajectories_carry_trainer_logprobs_advantages_and_per_tool_metr
     for g in range(0, len(trajs), 2):  # grpo: advantages of a group sum to zero
         assert advantages[g] + advantages[g + 1] == pytest.approx(0.0, abs=1e-5)
     record = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
-    assert "traj/gen_s" in record and "traj/tool_s" in record
+    assert "time/traj_gen_s" in record and "time/traj_tool_s" in record
     called = {c["name"] for t in trajs for c in t["tool_calls"] if c["name"]}
     for name in called:
-        assert record[f"tool/{name}/calls"] >= 1 and f"tool/{name}/latency_s" in record
+        assert record[f"tool/{name}/calls"] >= 1 and f"time/tool/{name}/latency_s" in record
 
 
 def test_per_tool_metrics_count_calls_errors_timeouts_and_mean_latency():
@@ -71,6 +71,6 @@ def test_per_tool_metrics_count_calls_errors_timeouts_and_mean_latency():
     b.tool_calls = [ToolCallRecord("calc", {}, "error", 0.1)]
     m = trajectory_metrics([a, b])
     assert (m["tool/search/calls"], m["tool/search/errors"], m["tool/search/timeouts"]) == (2.0, 1.0, 1.0)
-    assert m["tool/search/latency_s"] == pytest.approx(0.6)
+    assert m["time/tool/search/latency_s"] == pytest.approx(0.6)
     assert (m["tool/calc/calls"], m["tool/calc/errors"], m["tool/calc/timeouts"]) == (1.0, 1.0, 0.0)
     assert not any(k.startswith("tool//") for k in m)
