@@ -1,10 +1,33 @@
 """`llama3` ToolManager: Llama 3.1 JSON tool calls, results in the `ipython` role.
 
 A call turn is `{"name": "f", "parameters": {...}}<|eot_id|>` (as the Llama 3.1 template renders
-an assistant message with one tool call). Several calls in one turn are written one JSON object per
-line (or as a JSON list); each result becomes its own `ipython` turn. A turn with no JSON call is the
-final answer. When the tokenizer's own template cannot render tool calls (plain Llama 3 templates),
-rlfactory's Llama 3.1-style template (`templates/llama3.jinja`) is used instead.
+an assistant message with one tool call, and as Meta's prompt asks: "Respond in the format {"name":
+function name, "parameters": dictionary of argument name and its value}"). Each result becomes its
+own `ipython` turn. When the tokenizer's own template cannot render tool calls (plain Llama 3
+templates), rlfactory's Llama 3.1-style template (`templates/llama3.jinja`) is used instead.
+
+How `parse` reads a turn (the exact rule):
+
+1. Reasoning inside `<think>...</think>` is dropped (the calls below are never searched in it).
+2. A *call object* is a JSON object with a "name" key and a "parameters" or "arguments" key, in
+   any order, other keys allowed; "type", if present, must be "function". The OpenAI wrapper
+   `{"type": "function", "function": {call object}}` is one too. A *call value* is a call object or
+   a JSON list whose first item is a call object (every item must then be a valid call).
+3. Calls start either right after `<|python_tag|>` (then a call value must follow, or the turn is
+   Malformed), or at the start of a line (leading spaces allowed) with a JSON value that decodes to
+   a call value. JSON elsewhere (inside a sentence, like `the user is {"name": "Alice"}`) and line-
+   start JSON of another shape (`{"name": "Alice"}` has no parameters) are text.
+4. A line-start JSON value that does not decode and opens like a call (`{"name":`, `{"parameters":`,
+   `{"arguments":`, `{"function":` or `{"type": "function"`, optionally inside `[`) makes the
+   turn Malformed with the decoder's reason; other undecodable JSON is text.
+5. After the first call value, more call values may follow, separated by whitespace, `;`, `,` or
+   `<|python_tag|>`; the first thing that is not a call value ends the calls. What follows is
+   trailing text (allowed by default, Malformed with `trailing_text="malformed"`); the text before
+   the first call is `ToolCalls.text`.
+6. A turn with no call is the final answer (the content of `<answer>...</answer>` if written).
+
+JSON is decoded with `parsing.decode_json`'s limits, so parsing never raises and is linear in the
+length of the turn.
 """
 
 from __future__ import annotations
@@ -15,14 +38,22 @@ from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls
-from rlfactory.chat.parsing import answer_text, call_from_object, split_reasoning, unknown_tool_reason
+from rlfactory.chat.parsing import (JsonError, TagPair, answer_text, call_from_object, decode_json_prefix,
+                                    is_call_object, split_reasoning, unknown_tool_reason)
 from rlfactory.chat.template import ChatTemplate, ModelTurn, conversation, openai_tool_calls, openai_tools
 from rlfactory.chat.templates import load_template
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 
 END_OF_TURN = "<|eot_id|>"
-_CALL_START = re.compile(r'[\[{]\s*(?:\{\s*)?"(?:name|function)"\s*:')
-_SEPARATORS = " \t\r\n;,"
+PYTHON_TAG = "<|python_tag|>"
+ARG_KEYS = ("parameters", "arguments")
+# Possessive quantifiers throughout: matching never backtracks, so every scan below is linear.
+_OPENS_LIKE_CALL = r'(?:\[\s*+)?\{\s*+(?:"(?:name|parameters|arguments|function)"\s*+:|"type"\s*+:\s*+"function")'
+_CALL_START = re.compile(_OPENS_LIKE_CALL)
+_JSON_LINE = re.compile(r"^[ \t]*+(?=[\[{])", re.MULTILINE)  # match end: a line-start JSON candidate
+# Calls (and everything after them) are never reasoning, even if their arguments contain <think>.
+_PROTECT = [TagPair(PYTHON_TAG), TagPair(re.compile(r"^[ \t]*+(?=" + _OPENS_LIKE_CALL + ")", re.MULTILINE))]
+_SEPARATORS = re.compile(r"(?:[ \t\r\n;,]++|<\|python_tag\|>)*+")
 
 
 class Llama3ToolManager:
@@ -60,38 +91,39 @@ class Llama3ToolManager:
         return self.template.encode(self.template.render(messages, openai_tools(tools), add_generation_prompt=True))
 
     def parse(self, text: str, known_tools: Collection[str] | None = None) -> ParseResult:
-        _, visible = split_reasoning(text, protect=_CALL_START.pattern + ".*")  # from a call on: JSON
-        visible = visible.replace("<|python_tag|>", "")
-        start = _CALL_START.search(visible)
-        if start is None:
+        """See the module docstring for the rule. Linear in `len(text)`; never raises."""
+        _, visible = split_reasoning(text, protect=_PROTECT)
+        first = _first_call(visible)
+        if isinstance(first, Malformed):
+            return first
+        if first is None:
             return Answer(answer_text(visible))
-        before, rest = visible[: start.start()], visible[start.start():]
-        decoder = json.JSONDecoder()
+        start, pos = first
         calls: list[ToolCall] = []
-        pos = 0
-        while pos < len(rest) and rest[pos] in "[{":
-            try:
-                obj, end = decoder.raw_decode(rest, pos)
-            except (json.JSONDecodeError, RecursionError) as e:
-                snippet = rest[pos: pos + 120]
-                return Malformed(f"the tool call is not valid JSON ({getattr(e, 'msg', e)}): {snippet!r}")
-            for item in obj if isinstance(obj, list) else [obj]:
-                call = call_from_object(item, ("parameters", "arguments"))
+        while True:
+            decoded = decode_json_prefix(visible, pos)
+            if isinstance(decoded, JsonError):
+                if _CALL_START.match(visible, pos):
+                    return Malformed(f"the tool call {decoded.reason}: {_snippet(visible, pos)!r}")
+                break
+            if not _is_call_value(decoded.value):
+                break
+            for item in decoded.value if isinstance(decoded.value, list) else [decoded.value]:
+                call = call_from_object(item, ARG_KEYS)
                 if isinstance(call, str):
                     return Malformed(call)
                 calls.append(call)
-            pos = end
-            while pos < len(rest) and rest[pos] in _SEPARATORS:
-                pos += 1
+            pos = _SEPARATORS.match(visible, decoded.end).end()  # type: ignore[union-attr]
+            if pos >= len(visible) or visible[pos] not in "[{":
+                break
         unknown = unknown_tool_reason(calls, known_tools if known_tools is not None else self.known_tools)
         if unknown:
             return Malformed(unknown)
-        after = rest[pos:].strip()
+        after = visible[pos:].strip()
         if after and self.trailing_text == "malformed":
             return Malformed("text after the tool call; end the turn after your tool calls")
-        if not calls:
-            return Malformed("an empty list of tool calls")
-        return ToolCalls(calls, text=(before.strip() + " " + after).strip())
+        before = visible[:start].replace(PYTHON_TAG, "").strip()
+        return ToolCalls(calls, text=(before + " " + after).strip())
 
     def render_observation(self, results: Sequence[ToolResult]) -> list[int]:
         return self.template.encode(self.observation_text(results))
@@ -133,3 +165,45 @@ class Llama3ToolManager:
                       steps: Sequence[ModelTurn | Sequence[ToolResult]]) -> list[int]:
         conv = conversation(messages, steps, self.assistant_message, "ipython")
         return self.template.reference_ids(conv, openai_tools(tools), END_OF_TURN)
+
+
+def _snippet(text: str, pos: int) -> str:
+    return text[pos: pos + 120]
+
+
+def _is_call_value(value: Any) -> bool:
+    """A call object, or a list whose first item is one (rule 2 of the module docstring)."""
+    if isinstance(value, list):
+        return bool(value) and is_call_object(value[0], ARG_KEYS)
+    return is_call_object(value, ARG_KEYS)
+
+
+def _first_call(visible: str) -> tuple[int, int] | Malformed | None:
+    """(where the text before the calls ends, where the first call value starts), a Malformed turn,
+    or None when the turn has no call (rules 3 and 4). Each candidate is decoded at most once and
+    candidates inside an already decoded (or failed) value are skipped, so this is linear."""
+    tag = visible.find(PYTHON_TAG)
+    skip_until = 0
+    for m in _JSON_LINE.finditer(visible, 0, tag if tag != -1 else len(visible)):
+        pos = m.end()
+        if pos < skip_until:
+            continue
+        decoded = decode_json_prefix(visible, pos)
+        if isinstance(decoded, JsonError):
+            if _CALL_START.match(visible, pos):
+                return Malformed(f"the tool call {decoded.reason}: {_snippet(visible, pos)!r}")
+            skip_until = decoded.pos
+        elif _is_call_value(decoded.value):
+            return pos, pos
+        else:
+            skip_until = decoded.end
+    if tag == -1:
+        return None
+    pos = _SEPARATORS.match(visible, tag).end()  # type: ignore[union-attr]
+    decoded = decode_json_prefix(visible, pos)
+    if isinstance(decoded, JsonError) and _CALL_START.match(visible, pos):
+        return Malformed(f"the tool call {decoded.reason}: {_snippet(visible, pos)!r}")
+    if isinstance(decoded, JsonError) or not _is_call_value(decoded.value):
+        return Malformed(f'{PYTHON_TAG} must be followed by a JSON tool call such as '
+                         f'{{"name": "search", "parameters": {{"query": "..."}}}}; got {_snippet(visible, pos)!r}')
+    return tag, pos

@@ -20,18 +20,17 @@ trajectory still holds what the model saw.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls
-from rlfactory.chat.parsing import answer_text, call_from_json, split_reasoning, unknown_tool_reason
+from rlfactory.chat.parsing import (TagPair, answer_text, call_from_json, find_regions, outside_regions,
+                                    split_reasoning, unknown_tool_reason)
 from rlfactory.chat.template import ChatTemplate, ModelTurn, conversation, openai_tool_calls, openai_tools
 from rlfactory.chat.templates import load_template
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_CALL_REGION = r"<tool_call>.*?</tool_call>"
+_CALL = TagPair("<tool_call>", "</tool_call>")
 END_OF_TURN = "<|im_end|>"
 
 
@@ -65,9 +64,10 @@ class Qwen3ToolManager:
         return self.template.encode(self.template.render(messages, openai_tools(tools), add_generation_prompt=True))
 
     def parse(self, text: str, known_tools: Collection[str] | None = None) -> ParseResult:
-        _, visible = split_reasoning(text, protect=_CALL_REGION)
-        blocks = list(_CALL.finditer(visible))
-        outside = _CALL.sub("", visible)
+        """Linear in `len(text)`; never raises (JSON limits: see `parsing.decode_json`)."""
+        _, visible = split_reasoning(text, protect=[_CALL])
+        blocks = find_regions(visible, [_CALL])
+        outside = outside_regions(visible, blocks)
         if "<tool_call>" in outside:
             return Malformed("<tool_call> is not closed with </tool_call>")
         if "</tool_call>" in outside:
@@ -76,14 +76,14 @@ class Qwen3ToolManager:
             return Answer(answer_text(visible))
         calls: list[ToolCall] = []
         for i, m in enumerate(blocks):
-            call = call_from_json(m.group(1))
+            call = call_from_json(visible[m.body_start: m.body_end])
             if isinstance(call, str):
                 return Malformed(call if len(blocks) == 1 else f"tool call {i + 1}: {call}")
             calls.append(call)
         unknown = unknown_tool_reason(calls, known_tools if known_tools is not None else self.known_tools)
         if unknown:
             return Malformed(unknown)
-        after = visible[blocks[-1].end():].strip()
+        after = visible[blocks[-1].end:].strip()
         if after and self.trailing_text == "malformed":
             return Malformed("text after the last </tool_call>; end the turn after your tool calls")
         return ToolCalls(calls, text=outside.strip())

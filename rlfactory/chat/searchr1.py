@@ -18,12 +18,11 @@ contract (rlfactory's tiny tokenizer, which has the tags as tokens), else
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls
-from rlfactory.chat.parsing import split_reasoning
+from rlfactory.chat.parsing import ANSWER, TagPair, find_regions, outside_regions, split_reasoning
 from rlfactory.chat.template import ChatTemplate, ModelTurn
 from rlfactory.chat.templates import load_template
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
@@ -42,7 +41,8 @@ DEFAULT_INSTRUCTION = (
     "no more knowledge is needed, give the answer inside <answer> and </answer> without explanation, "
     "for example <answer> Paris </answer>."
 )
-_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_SEARCH = TagPair("<search>", "</search>")
+_ACTIONS = [_SEARCH, ANSWER]
 
 
 class SearchR1ToolManager:
@@ -87,21 +87,22 @@ class SearchR1ToolManager:
         return self.template.encode(self.template.render(messages, None, add_generation_prompt=True))
 
     def parse(self, text: str, known_tools: Collection[str] | None = None) -> ParseResult:
-        _, visible = split_reasoning(text, protect=r"<(?:search|answer)>.*?</(?:search|answer)>")
-        actions = list(_ACTION.finditer(visible))
+        """Linear in `len(text)`; never raises."""
+        _, visible = split_reasoning(text, protect=_ACTIONS)
+        actions = find_regions(visible, _ACTIONS)
         calls: list[ToolCall] = []
-        for m in actions:
-            kind, body = m.group(1), m.group(2).strip()
-            if kind == "answer":
+        for action in actions:
+            body = visible[action.body_start: action.body_end].strip()
+            if _ACTIONS[action.pair] is ANSWER:
                 if calls:
                     break  # searches come first; the answer is judged after their results
                 return Answer(body)
             if not body:
                 return Malformed("an empty <search></search> query")
             calls.append(ToolCall(self.tool_name, {self.query_arg: body}))
+        rest = outside_regions(visible, actions)
         if calls:
-            return ToolCalls(calls, text=_ACTION.sub("", visible).strip())
-        rest = _ACTION.sub("", visible)
+            return ToolCalls(calls, text=rest.strip())
         if "<search>" in rest:
             return Malformed("<search> is not closed with </search>")
         if "<answer>" in rest:

@@ -43,6 +43,53 @@ def test_parse_answers_and_malformed(llama31_tokenizer, llama):
     assert isinstance(strict.parse(CALL + " and then more"), Malformed)
 
 
+ZOR = ToolCall("search", {"query": "Zor"})
+
+
+@pytest.mark.parametrize("text", [
+    '{"parameters": {"query": "Zor"}, "name": "search"}',
+    '{"type": "function", "name": "search", "parameters": {"query": "Zor"}}',
+    '{"name": "search", "type": "function", "arguments": "{\\"query\\": \\"Zor\\"}"}',
+    '{"type": "function", "function": {"arguments": {"query": "Zor"}, "name": "search"}}',
+    '<|python_tag|>{"parameters": {"query": "Zor"}, "name": "search"}',
+    '{\n  "parameters": {\n    "query": "Zor"\n  },\n  "name": "search"\n}',
+    '  [{"parameters": {"query": "Zor"}, "name": "search"}]',
+])
+def test_calls_in_any_key_order_and_spelling(llama, text):
+    assert llama.parse(text) == ToolCalls([ZOR])
+
+
+@pytest.mark.parametrize("text", [
+    'The user is {"name": "Alice"}.',
+    '{"name": "Alice"}',
+    'Here is the record:\n{"name": "Alice", "age": 31}\nThat is all.',
+    'You could call {"name": "search", "parameters": {"query": "Zor"}} but I know it: Zor.',
+    '{"type": "person", "name": "Alice", "parameters": {"age": 31}}',
+])
+def test_json_with_a_name_key_in_an_answer_is_not_a_call(llama, text):
+    assert llama.parse(text) == Answer(text.strip())
+
+
+def test_calls_after_other_json_and_separated_by_semicolons(llama):
+    text = 'Known: {"name": "Alice"}\n{"name": "Alice", "age": 31}\n' + CALL + '; {"name": "now", "parameters": {}}'
+    r = llama.parse(text)
+    assert isinstance(r, ToolCalls) and [c.name for c in r.calls] == ["search", "now"]
+    assert r.text == 'Known: {"name": "Alice"}\n{"name": "Alice", "age": 31}'
+    assert llama.parse(CALL + '\n{"name": "Alice"}') == ToolCalls([ZOR], text='{"name": "Alice"}')
+
+
+def test_broken_calls_and_python_tag_without_a_call_are_malformed(llama):
+    for text in ('{"parameters": {"query": "Zor"}, "name": "search"', '[{"name": "search", "parameters": {]'):
+        r = llama.parse(text)
+        assert isinstance(r, Malformed) and "not valid JSON" in r.reason
+    r = llama.parse("<|python_tag|>brave_search.call(query='Zor')")
+    assert isinstance(r, Malformed) and "must be followed by a JSON tool call" in r.reason
+    r = llama.parse('{"name": "f", "parameters": {"x": ' + "1" * 4301 + "}}")
+    assert isinstance(r, Malformed) and "4301 digits" in r.reason
+    r = llama.parse('{"name": "f", "parameters": "' + "[" * 2000 + "]" * 2000 + '"}')
+    assert isinstance(r, Malformed) and "nested deeper than 100 levels" in r.reason
+
+
 def test_format_turn_round_trips(llama):
     turn = ModelTurn([ToolCall("search", {"query": "Zürich"}), ToolCall("now", {})])
     assert llama.parse(llama.format_turn(turn)) == ToolCalls(turn.calls)

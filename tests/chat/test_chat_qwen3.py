@@ -46,7 +46,7 @@ def test_answers(qwen):
     ("<tool_call>\n[1, 2]\n</tool_call>", "JSON object"),
     ('<tool_call>\n{"arguments": {}}\n</tool_call>', '"name"'),
     ('<tool_call>\n{"name": "search", "arguments": [1]}\n</tool_call>', "must be a JSON object"),
-    ('<tool_call>\n{"name": "search", "arguments": "{oops"}\n</tool_call>', "not a JSON object"),
+    ('<tool_call>\n{"name": "search", "arguments": "{oops"}\n</tool_call>', "a string that is not valid JSON"),
     ('<tool_call>\n{"name": "search", "arguments": {}}', "not closed"),
     ('{"name": "search", "arguments": {}}\n</tool_call>', "without an opening"),
 ])
@@ -129,3 +129,23 @@ def test_tokenizer_without_template_gets_rlfactorys_qwen3_template(tiny_tokenize
 def test_think_tags_inside_call_arguments_are_arguments(qwen):
     text = '<think>\nok\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": "what do <think> and </think> mean"}}\n</tool_call>'
     assert qwen.parse(text) == ToolCalls([ToolCall("search", {"query": "what do <think> and </think> mean"})])
+
+
+def test_json_limits_are_malformed_with_a_reason_never_an_exception(qwen):
+    big = qwen.parse('<tool_call>{"name":"f","arguments":{"x":' + "1" * 4301 + "}}</tool_call>")
+    assert isinstance(big, Malformed) and "a number with 4301 digits (at most 4300)" in big.reason
+    assert qwen.parse('<tool_call>{"name":"f","arguments":{"x":' + "1" * 4300 + "}}</tool_call>") == ToolCalls(
+        [ToolCall("f", {"x": int("1" * 4300)})])
+    deep_string = '<tool_call>{"name":"f","arguments":"' + "[" * 2000 + "]" * 2000 + '"}</tool_call>'
+    deep = qwen.parse(deep_string)
+    assert isinstance(deep, Malformed) and deep.reason == "the arguments of 'f' are a string that is nested deeper than 100 levels"
+    deep = qwen.parse('<tool_call>{"name":"f","arguments":{"x":' + "[" * 150 + "]" * 150 + "}}</tool_call>")
+    assert isinstance(deep, Malformed) and "nested deeper than 100 levels" in deep.reason
+    for bad in ("NaN", "Infinity", "1e999"):
+        r = qwen.parse('<tool_call>{"name":"f","arguments":{"x":' + bad + "}}</tool_call>")
+        assert isinstance(r, Malformed) and bad in r.reason
+
+
+def test_key_order_does_not_matter(qwen):
+    r = qwen.parse('<tool_call>{"arguments": {"query": "Zor"}, "type": "function", "name": "search"}</tool_call>')
+    assert r == ToolCalls([ToolCall("search", {"query": "Zor"})])
