@@ -48,7 +48,8 @@ class ToolManager(Protocol):
         ...
 
     def parse(self, text: str) -> ParseResult:
-        """Never raises."""
+        """The model turn `text` as an answer, tool calls or a malformed attempt. Never raises, and
+        runs in time linear in `len(text)` (build on `rlfactory.chat.parsing`'s helpers)."""
         ...
 
     def render_observation(self, results: Sequence[ToolResult]) -> list[int]:

@@ -14,7 +14,6 @@ import json
 import math
 import re
 import sys
-from bisect import bisect_left
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -95,6 +94,9 @@ def decode_json_prefix(text: str, start: int = 0, *, max_depth: int = MAX_JSON_D
         return JsonError(refused[0], end)
     if _max_brackets(text, start, end) > max_depth and _nesting_depth(value) > max_depth:
         return JsonError(f"is nested deeper than {max_depth} levels", end)
+    if _SURROGATE_HINT.search(text, start, end) and _has_lone_surrogate(value):
+        # valid JSON syntax, but not Unicode: no UTF-8 encoder (MCP clients, log files) accepts it
+        return JsonError("has a string with an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode", end)
     return JsonValue(value, end)
 
 
@@ -119,6 +121,26 @@ def _nesting_depth(value: Any) -> int:
             deepest = max(deepest, depth)
             stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
     return deepest
+
+
+_SURROGATE_HINT = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")  # a surrogate, raw or escaped
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # after decoding, a paired escape is one code point
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    """Whether any string (or key) in the decoded value holds a surrogate code point."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if _LONE_SURROGATE.search(node):
+                return True
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"?|[\[\]{}]', re.DOTALL)  # possessive: never backtracks
@@ -174,46 +196,55 @@ def find_regions(text: str, pairs: Sequence[TagPair]) -> list[Region]:
     own kind after its opening; tags inside a region are part of its body. At one position the earlier
     pair in `pairs` wins. This is what `re.finditer` over `open1(.*?)close1|open2(.*?)close2|...`
     returns, but in O(len(text) * len(pairs)) time whatever the text (the regex is quadratic when
-    openings are not closed)."""
-    openings: list[tuple[int, int, int]] = []  # (start, pair index, body start)
-    closes: list[list[int]] = []
-    for i, pair in enumerate(pairs):
-        if isinstance(pair.open, str):
-            openings.extend((s, i, s + len(pair.open)) for s in occurrences(text, pair.open))
-        else:
-            openings.extend((m.start(), i, m.end()) for m in pair.open.finditer(text))
-        closes.append(occurrences(text, pair.close) if pair.close else [])
-    openings.sort()
+    openings are not closed).
+
+    Each search resumes where the last one of its kind left off and never rescans: the next opening
+    (and close) of each pair is cached until the scan passes it, and once an opening has no close
+    after it, neither has any later opening of that pair, so the pair is done."""
+    openings = [_UNKNOWN] * len(pairs)  # next opening start per pair at or after pos; _NONE: no more
+    bodies = [0] * len(pairs)
+    closes = [_UNKNOWN] * len(pairs)  # last close found per pair; _NONE: none after some body start
     regions: list[Region] = []
     pos = 0
-    for start, i, body_start in openings:
-        if start < pos:
-            continue  # inside the previous region
-        pair = pairs[i]
-        if pair.close is not None:
-            j = bisect_left(closes[i], body_start)
-            if j < len(closes[i]):
-                close = closes[i][j]
+    while True:
+        best = -1
+        for i, pair in enumerate(pairs):
+            if openings[i] == _NONE:
+                continue
+            if openings[i] < pos:
+                openings[i], bodies[i] = _find_opening(text, pair.open, pos)
+                if openings[i] == _NONE:
+                    continue
+            if best < 0 or openings[i] < openings[best]:
+                best = i
+        if best < 0:
+            return regions
+        pair, start, body_start = pairs[best], openings[best], bodies[best]
+        if pair.close:
+            if closes[best] != _NONE and closes[best] < body_start:
+                closes[best] = text.find(pair.close, body_start)
+            close = closes[best]
+            if close != _NONE:
                 pos = close + len(pair.close)
-                regions.append(Region(i, start, body_start, close, pos, True))
+                regions.append(Region(best, start, body_start, close, pos, True))
                 continue
             if pair.unclosed == "text":
+                openings[best] = _NONE
                 continue
-        regions.append(Region(i, start, body_start, len(text), len(text), False))
-        pos = len(text)
-    return regions
+        regions.append(Region(best, start, body_start, len(text), len(text), False))
+        return regions
 
 
-def occurrences(text: str, literal: str) -> list[int]:
-    """Start of every occurrence of `literal` in `text` (overlapping ones too), in O(len(text))."""
-    found: list[int] = []
-    if not literal:
-        return found
-    i = text.find(literal)
-    while i != -1:
-        found.append(i)
-        i = text.find(literal, i + 1)
-    return found
+_UNKNOWN, _NONE = -2, -1
+
+
+def _find_opening(text: str, opening: str | re.Pattern[str], pos: int) -> tuple[int, int]:
+    """(start, end) of the first `opening` at or after `pos`, or (_NONE, _NONE)."""
+    if isinstance(opening, str):
+        i = text.find(opening, pos)
+        return (i, i + len(opening)) if i != -1 else (_NONE, _NONE)
+    m = opening.search(text, pos)
+    return (m.start(), m.end()) if m else (_NONE, _NONE)
 
 
 def outside_regions(text: str, regions: Sequence[Region]) -> str:

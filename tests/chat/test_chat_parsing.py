@@ -27,6 +27,8 @@ def nested(depth: int) -> str:
     ('{"x": 1e999}', "has a number out of range (1e999)"),
     ('{"x": NaN}', "has NaN, which is not a JSON number"),
     ("[-Infinity]", "has -Infinity, which is not a JSON number"),
+    ('{"q": "\\ud800"}', "has a string with an unpaired surrogate"),
+    ('{"\\udc00": 1}', "has a string with an unpaired surrogate"),
     ('{"x": }', "is not valid JSON (Expecting value at char 6)"),
     ('{"x": 1} {"y": 2}', "is not valid JSON (Extra data at char 9)"),
     ("", "is not valid JSON (Expecting value at char 0)"),
@@ -42,6 +44,7 @@ def test_decode_json_accepts_values_at_the_limits():
     text = f' {{"x": {big}, "y": 1.5}} '
     assert decode_json(text) == JsonValue({"x": int(big), "y": 1.5}, len(text) - 1)
     assert decode_json('"[[[[[[[[[[[[[[["').value == "[" * 15  # brackets inside strings do not nest
+    assert decode_json('["\\ud83d\\ude00"]').value == ["\U0001F600"]  # a surrogate pair is one code point
 
 
 def test_decode_json_prefix_reads_one_value_and_says_where_it_stopped():
