@@ -3,8 +3,8 @@
 None of them raises on any input string, and each runs in time linear in the length of its input:
 tags are found with `str.find` and paired by one left-to-right pass (`find_regions`), never by a
 regex that restarts a search from every opening tag, and JSON is decoded by a bounded decoder
-(`decode_json`) that turns every limit (nesting depth, digits of an integer, non-finite numbers)
-into a `JsonError` with a reason the model can read, instead of an exception. A parser built only
+(`decode_json`) that turns every limit (nesting depth, digits of an integer, non-finite numbers,
+unpaired surrogates) into a `JsonError` with a reason the model can read, instead of an exception. A parser built only
 from these stays linear and exception-free.
 """
 
@@ -46,14 +46,14 @@ class JsonError:
 def decode_json(text: str, *, max_depth: int = MAX_JSON_DEPTH, max_int_digits: int = MAX_INT_DIGITS) -> JsonValue | JsonError:
     """`text` as exactly one JSON value (whitespace around it allowed), like `json.loads`, but never
     raising: syntax errors, nesting deeper than `max_depth`, integers longer than `max_int_digits`
-    digits, and numbers JSON cannot carry (NaN, Infinity, 1e999) all come back as a `JsonError`.
-    Linear in `len(text)`."""
+    digits, numbers JSON cannot carry (NaN, Infinity, 1e999) and strings that are not Unicode
+    (unpaired surrogates such as "\\ud800") all come back as a `JsonError`. Linear in `len(text)`."""
     start = _skip_whitespace(text, 0)
     decoded = decode_json_prefix(text, start, max_depth=max_depth, max_int_digits=max_int_digits)
     if isinstance(decoded, JsonValue):
         tail = _skip_whitespace(text, decoded.end)
         if tail != len(text):
-            return JsonError(f"is not valid JSON (Extra data at char {tail})", tail)
+            return JsonError(f"is not valid JSON (Extra data at char {tail - start})", tail)
     return decoded
 
 
