@@ -272,6 +272,8 @@ def split_reasoning(text: str, protect: Sequence[TagPair] = ()) -> tuple[str, st
     text is never reasoning even if it contains the tags; whichever of a region and a `<think>`
     starts first wins, so a call inside `<think>` is reasoning and a `<think>` inside a call's JSON
     is an argument. Linear in `len(text)`."""
+    if isinstance(protect, str):  # the old API took a regex; a regex cannot be scanned linearly
+        raise TypeError("split_reasoning(protect=...) takes TagPairs, not a regex string")
     think = len(protect)
     regions = find_regions(text, [*protect, THINK])
     first_think = next((r.start for r in regions if r.pair == think), len(text))

@@ -106,3 +106,5 @@ def test_split_reasoning_and_answer_text():
     assert split_reasoning("<c>x</c></think>b", protect=[call]) == ("<c>x</c>", "b")
     assert answer_text("<answer>1</answer> <answer> 2 </answer> <answer>3") == "2"
     assert answer_text("  plain ") == "plain"
+    with pytest.raises(TypeError, match="TagPairs"):  # a programming error, caught by any test of the caller
+        split_reasoning("x", protect=r"<c>.*?</c>")
