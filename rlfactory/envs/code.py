@@ -1,5 +1,6 @@
 """The Python env: arithmetic and word problems that need exact results, solved with a sandboxed
-Python tool (`python(code)`; see rlfactory.envs.sandbox). Reward: numeric equality + format.
+Python tool (`python(code)`; see rlfactory.envs.sandbox for what the sandbox guarantees). Reward:
+numeric equality + format.
 
 Problems are generated deterministically by seed; train and test never share a question.
 """
@@ -13,7 +14,7 @@ from typing import Any, Callable
 from rlfactory.envs.base import Env, EnvTools
 from rlfactory.envs.data import qa_row, question_of, read_parquet, targets, write_parquet
 from rlfactory.envs.registry import register_env
-from rlfactory.envs.sandbox import arun_python, run_python
+from rlfactory.envs.sandbox import SANDBOX_MODES, arun_python, check_sandbox, run_python
 from rlfactory.rewards.base import Reward
 from rlfactory.rewards.rule import RuleReward
 from rlfactory.tools.base import ERROR, TIMEOUT, ToolResult
@@ -96,8 +97,10 @@ def problem_rows(problems: list[Problem], split: str) -> list[dict[str, Any]]:
     ]
 
 
-def python_tool(timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 2000) -> Callable[..., Any]:
-    """The `python` tool as a typed async function (make a Tool of it with `function_tool`)."""
+def python_tool(timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 2000,
+                sandbox: str = "strict") -> Callable[..., Any]:
+    """The `python` tool as a typed async function (make a Tool of it with `function_tool`).
+    `sandbox`: `strict` or `weak` (see rlfactory.envs.sandbox); call `check_sandbox` at start-up."""
 
     async def python(code: str) -> ToolResult:
         """Run a Python program in a sandbox and return what it prints (stdout, then stderr and the
@@ -106,7 +109,8 @@ def python_tool(timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: 
         Args:
             code: The Python program; print the values you need.
         """
-        r = await arun_python(code, timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars)
+        r = await arun_python(code, timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars,
+                              mode=sandbox)
         if r.ok:
             return ToolResult(text=r.text(), truncated=r.truncated)
         return ToolResult(text=r.text(), is_error=True, status=TIMEOUT if r.timed_out else ERROR, truncated=r.truncated)
@@ -119,17 +123,23 @@ class CodeEnv(Env):
     """Options: `seed` (0), `n_train` (1000), `n_test` (200), `word_fraction` (0.5), `train_data` /
     `test_data` (parquet in Search-R1's layout; replace the generated problems), `timeout_s` (5),
     `memory_mb` (512), `max_turns` (3), `system_prompt`, `family` (unused: every tool-calling
-    family gets the same messages)."""
+    family gets the same messages), `sandbox` (`strict`, the default: bubblewrap namespaces, and
+    the run stops at start-up with one line naming the cause where they are unavailable; `weak`:
+    no isolation from the trainer's user, chosen by name only, announced by a warning line at
+    start-up; see rlfactory.envs.sandbox)."""
 
     name = "code"
 
     def __init__(self, *, seed: int = 0, n_train: int = 1000, n_test: int = 200, word_fraction: float = 0.5,
                  train_data: str | None = None, test_data: str | None = None, timeout_s: float = 5.0,
                  memory_mb: int = 512, max_turns: int = 3, system_prompt: str | None = None,
-                 family: str | None = None, **options: Any) -> None:
+                 family: str | None = None, sandbox: str = "strict", **options: Any) -> None:
         super().__init__(**options)
         if options:
             raise TypeError(f"code env: unknown option(s) {', '.join(sorted(options))}")
+        if sandbox not in SANDBOX_MODES:
+            raise ValueError(f"code env: sandbox mode {sandbox!r}: expected one of {SANDBOX_MODES} (env.options.sandbox)")
+        self.sandbox = sandbox
         self.seed, self.n_train, self.n_test, self.word_fraction = seed, n_train, n_test, word_fraction
         self.data = {"train": train_data, "test": test_data}
         self.timeout_s, self.memory_mb, self.max_turns = timeout_s, memory_mb, max_turns
@@ -155,7 +165,8 @@ class CodeEnv(Env):
         return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": question_of(row)}]
 
     def tools(self) -> EnvTools:
-        return EnvTools(python=[python_tool(self.timeout_s, self.memory_mb)])
+        check_sandbox(self.sandbox)  # strict: refuse here, at start-up; weak: say so, once
+        return EnvTools(python=[python_tool(self.timeout_s, self.memory_mb, sandbox=self.sandbox)])
 
     def reward(self) -> Reward:
         return RuleReward({"numeric": 0.9, "format": 0.1})
@@ -166,7 +177,7 @@ class CodeEnv(Env):
         if not expr:
             raise ValueError("code env solver: the row has no extra_info.expression (not a generated problem)")
         code = f"print({expr})"
-        result = run_python(code, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+        result = run_python(code, timeout_s=self.timeout_s, memory_mb=self.memory_mb, mode=self.sandbox)
         if not result.ok:
             raise RuntimeError(f"code env solver: the sandbox failed on {code!r}: {result.text()}")
         answer = result.stdout.strip()

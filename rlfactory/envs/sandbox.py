@@ -1,17 +1,34 @@
-"""Run untrusted Python in a sandboxed subprocess.
+"""Run untrusted (model-written) Python in a sandbox.
 
-Each run is a fresh `python -I` process (isolated mode: no user site, no PYTHON* variables, no
-script dir on sys.path) in its own process group, with:
+Two modes, chosen by name (`mode`; the code env's `sandbox` option):
 
-- a wall-clock time limit (the whole process group is killed) and RLIMIT_CPU as a backstop;
-- a memory limit: RLIMIT_AS set in the child before exec (allocations past it raise MemoryError);
-- RLIMIT_FSIZE (files it writes) and no core dumps;
-- only a fresh temporary directory as cwd, HOME and TMPDIR (removed afterwards), a minimal env;
-- no network. Preferred: a new, empty network namespace (`unshare(CLONE_NEWNET)`, or
-  `CLONE_NEWUSER | CLONE_NEWNET` without root) made in the child before exec, where not even
-  loopback is up. Where the kernel refuses namespaces, fallback: the child's startup code replaces
-  `socket.socket` and friends with a function that raises PermissionError (best effort: code that
-  loads libc through ctypes could get around it). `network_isolation()` says which is in use.
+`strict` (the default) runs each program in a fresh `python -I` inside bubblewrap (`bwrap`, Debian's
+`bubblewrap` package; `scripts/setup.sh` installs it), which gives the program
+
+- its own user, PID, mount, network, IPC, UTS (and cgroup) namespaces: it sees only its own
+  processes (the trainer and every other host process are invisible and cannot be signalled), has
+  no capabilities, cannot create further user namespaces, and has no network (not even loopback);
+- an unprivileged user: when the trainer runs as root the sandbox runs as uid 65534 (nobody);
+- a read-only view of only what Python needs (`/usr`, the Python installation and the virtual
+  environment, a few files of `/etc`): no home directories, no repository, no host `/tmp`;
+- its own writable `/tmp` (cwd, HOME, TMPDIR), a tmpfs of `max_disk_mb`, and a 4 MiB `/dev/shm`;
+  everything else is read-only; nothing is written on the host;
+- rlimits: address space (`memory_mb`, MemoryError past it), CPU seconds, file size
+  (`max_file_mb`), processes and threads (`max_processes`), no core dumps;
+- an environment of its own (PATH, HOME, TMPDIR, locale, one BLAS thread): none of the trainer's
+  variables (secrets) reach it;
+- a kill of everything it started: the program is the child of the namespace's init; when the
+  program exits, or the time limit kills the init, the kernel kills every process left in the
+  namespace (`setsid` and double forks included) before the call returns; if the trainer dies, the
+  sandbox dies with it (`--die-with-parent`).
+
+Where `bwrap` is missing or the kernel refuses the namespaces, `strict` refuses to run anything
+(`SandboxUnavailable`, one line naming the cause). `weak` must be chosen by name: a `python -I`
+process with the same rlimits (except processes), a minimal environment, a fresh temp dir and a
+process-group kill, plus a network namespace where the kernel allows one. It is not a security
+boundary: the program can read what the trainer's user can read, see and signal its processes,
+write where that user can, and keep a `setsid` child alive. `check_sandbox("weak")` prints one
+warning line saying so.
 
 Output kept: the first `max_output_chars` of stdout, the last of stderr (the traceback end).
 """
@@ -22,6 +39,7 @@ import asyncio
 import concurrent.futures
 import ctypes
 import functools
+import json
 import os
 import resource
 import shutil
@@ -31,21 +49,19 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-_CLONE_NEWNET = 0x40000000
-_CLONE_NEWUSER = 0x10000000
-NETWORK_MODES = ("netns", "userns+netns", "socket-patch")
+from rlfactory.envs.sandbox_bwrap import bwrap_command, enter_layout, sandbox_layout
+
+SANDBOX_MODES = ("strict", "weak")
+BWRAP = "bwrap"  # looked up on PATH
+_CLONE_NEWNET, _CLONE_NEWUSER = 0x40000000, 0x10000000
+_SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 _BOOTSTRAP = """
 import sys
-if {patch}:
-    import socket as _s, _socket
-    def _blocked(*a, **k):
-        raise PermissionError("network access is disabled in the sandbox")
-    for _m in (_s, _socket):
-        for _n in ("socket", "socketpair", "create_connection", "create_server", "getaddrinfo", "fromfd"):
-            if hasattr(_m, _n):
-                setattr(_m, _n, _blocked)
-    del _m, _n, _s, _socket
+if {nproc}:
+    import resource
+    resource.setrlimit(resource.RLIMIT_NPROC, ({nproc}, {nproc}))
 _src = open("main.py", encoding="utf-8").read()
 _g = {{"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__}}
 del sys.argv[1:]
@@ -58,6 +74,10 @@ except BaseException as _e:  # print the traceback without this bootstrap's fram
     traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
     sys.exit(1)
 """
+
+
+class SandboxUnavailable(RuntimeError):
+    """The strict sandbox cannot run on this machine (the message names the cause and the opt-out)."""
 
 
 @dataclass
@@ -87,44 +107,201 @@ class SandboxResult:
         return "\n".join(parts) if parts else "(no output)"
 
 
-def _unshare(flags: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(flags) != 0:
-        raise OSError(ctypes.get_errno(), "unshare failed")
+@functools.lru_cache(maxsize=None)
+def sandbox_support() -> str | None:
+    """None when the strict sandbox works here; otherwise one line saying why not. Probed once, by
+    running a program in it."""
+    if not sys.platform.startswith("linux"):
+        return f"the strict sandbox needs Linux namespaces (this is {sys.platform})"
+    if shutil.which(BWRAP) is None:
+        return f"bubblewrap ({BWRAP}) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    try:
+        r = _run_sync(_arun_strict("print('ok')", timeout_s=30.0, memory_mb=512, max_output_chars=2000,
+                                   max_file_mb=1, max_disk_mb=1, max_processes=8, stdin=""))
+    except (OSError, subprocess.SubprocessError) as e:  # a failed staging mount, an unusable binary
+        return f"{BWRAP} failed to start: {e}"
+    if r.stdout != "ok\n":
+        lines = (r.stderr or r.text()).strip().splitlines()
+        return f"{BWRAP} could not build the sandbox: {lines[0] if lines else r.text()}"
+    return None
 
 
-def _preexec(memory_bytes: int, cpu_s: int, fsize_bytes: int, network: str) -> None:
-    # Runs in the child between fork and exec: only async-signal-safe-ish calls, no imports.
-    if network == "netns":
-        _unshare(_CLONE_NEWNET)
-    elif network == "userns+netns":
-        _unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_bytes, fsize_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def check_sandbox(mode: str) -> None:
+    """Call at start-up. `strict`: raises SandboxUnavailable (one line: the cause and the opt-out)
+    unless the strict sandbox works here. `weak`: prints one warning line to stderr (once)."""
+    if mode not in SANDBOX_MODES:
+        raise ValueError(f"sandbox mode {mode!r}: expected one of {SANDBOX_MODES}")
+    if mode == "strict":
+        reason = sandbox_support()
+        if reason:
+            raise SandboxUnavailable(
+                f"refusing to run model-written code: {reason}. To run it without isolation anyway, "
+                f"set env.options.sandbox: weak (unsafe)")
+    else:
+        _warn_weak()
 
 
 @functools.lru_cache(maxsize=1)
-def network_isolation() -> str:
-    """How this machine's sandbox blocks the network: `netns`, `userns+netns` or `socket-patch`
-    (probed once by starting a child in a new network namespace). `RLFACTORY_SANDBOX_NETWORK`
-    forces one."""
-    forced = os.environ.get("RLFACTORY_SANDBOX_NETWORK")
-    if forced:
-        if forced not in NETWORK_MODES:
-            raise ValueError(f"RLFACTORY_SANDBOX_NETWORK={forced!r}: expected one of {NETWORK_MODES}")
-        return forced
-    if sys.platform.startswith("linux"):
-        for mode, flags in (("netns", _CLONE_NEWNET), ("userns+netns", _CLONE_NEWUSER | _CLONE_NEWNET)):
-            try:
-                r = subprocess.run([sys.executable, "-I", "-c", "pass"], preexec_fn=functools.partial(_unshare, flags),
-                                   capture_output=True, timeout=30)
-                if r.returncode == 0:
-                    return mode
-            except (OSError, subprocess.SubprocessError):
-                continue
-    return "socket-patch"
+def _warn_weak() -> None:
+    net = "blocked (network namespace)" if _weak_netns() else "OPEN"
+    print(f"rlfactory: WARNING: sandbox: weak: model-written code runs WITHOUT isolation: it can read and "
+          f"write what this user can, see and signal this user's processes, and leave processes behind; "
+          f"network: {net}. Use sandbox: strict where bubblewrap and namespaces are available.",
+          file=sys.stderr, flush=True)
+
+
+async def arun_python(code: str, *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 4000,
+                      max_file_mb: int = 16, max_disk_mb: int = 64, max_processes: int = 64,
+                      mode: str = "strict", stdin: str = "") -> SandboxResult:
+    """Run `code` as a program in a fresh sandboxed `python -I` (see the module docstring for what
+    each `mode` guarantees). Raises SandboxUnavailable in `strict` mode where it cannot be built."""
+    if mode == "strict":
+        if not sandbox_support.cache_info().currsize:
+            await asyncio.to_thread(sandbox_support)
+        check_sandbox("strict")
+        return await _arun_strict(code, timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars,
+                                  max_file_mb=max_file_mb, max_disk_mb=max_disk_mb, max_processes=max_processes,
+                                  stdin=stdin)
+    if mode == "weak":
+        return await _arun_weak(code, timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars,
+                                max_file_mb=max_file_mb, stdin=stdin)
+    raise ValueError(f"sandbox mode {mode!r}: expected one of {SANDBOX_MODES}")
+
+
+def run_python(code: str, **kwargs) -> SandboxResult:
+    """Blocking `arun_python`; works inside a running event loop too (runs on a worker thread)."""
+    return _run_sync(arun_python(code, **kwargs))
+
+
+def _run_sync(coro):
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _rlimits(memory_mb: int, timeout_s: float, max_file_mb: int) -> list[tuple[int, int]]:
+    cpu = int(timeout_s) + 1
+    return [(resource.RLIMIT_AS, memory_mb * 2**20), (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_FSIZE, max_file_mb * 2**20), (resource.RLIMIT_CORE, 0)]
+
+
+def _set_rlimits(limits: list[tuple[int, int]]) -> None:
+    for which, value in limits:
+        hard = value + 1 if which == resource.RLIMIT_CPU else value  # SIGXCPU first, then SIGKILL
+        resource.setrlimit(which, (value, hard))
+
+
+async def _arun_strict(code: str, *, timeout_s: float, memory_mb: int, max_output_chars: int, max_file_mb: int,
+                       max_disk_mb: int, max_processes: int, stdin: str) -> SandboxResult:
+    code_fd = os.memfd_create("main.py", os.MFD_CLOEXEC)
+    info_r, info_w = os.pipe()
+    try:
+        os.write(code_fd, code.encode("utf-8"))
+        os.lseek(code_fd, 0, os.SEEK_SET)
+        layout = sandbox_layout(run_as_root=os.geteuid() == 0)
+        argv = bwrap_command(shutil.which(BWRAP) or BWRAP, layout, code_fd=code_fd, info_fd=info_w,
+                             disk_bytes=max_disk_mb * 2**20)
+        argv += [sys.executable, "-I", "-B", "-X", "utf8", "-c", _BOOTSTRAP.format(nproc=int(max_processes))]
+        limits = _rlimits(memory_mb, timeout_s, max_file_mb)
+
+        def preexec() -> None:  # in the child between fork and exec
+            enter_layout(layout)
+            _set_rlimits(limits)
+
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=dict(_SANDBOX_ENV, HOME="/tmp", TMPDIR="/tmp"), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=preexec,
+            pass_fds=(code_fd, info_w), start_new_session=True)
+    finally:
+        os.close(code_fd)
+        os.close(info_w)
+    try:
+        return await _supervise(proc, stdin, timeout_s, max_output_chars, kill=lambda: _kill_namespace(proc, info_r))
+    finally:
+        os.close(info_r)
+
+
+async def _kill_namespace(proc: asyncio.subprocess.Process, info_r: int) -> None:
+    """Kill the namespace's init (the kernel then kills every process in the namespace) and wait for
+    bwrap, which exits only once its init is gone; kill bwrap itself if it has not started one."""
+    pid = None
+    try:
+        os.set_blocking(info_r, False)
+        pid = json.loads(os.read(info_r, 65536) or b"{}").get("child-pid")
+    except (BlockingIOError, ValueError, OSError):
+        pass
+    if pid and proc.returncode is None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            await asyncio.wait_for(proc.wait(), 10.0)
+        except asyncio.TimeoutError:
+            pass
+    if proc.returncode is None:
+        _kill_group(proc.pid)  # bwrap itself; --die-with-parent takes its init down with it
+    await proc.wait()
+
+
+async def _arun_weak(code: str, *, timeout_s: float, memory_mb: int, max_output_chars: int, max_file_mb: int,
+                     stdin: str) -> SandboxResult:
+    workdir = tempfile.mkdtemp(prefix="rlfactory-sandbox-")
+    try:
+        with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as f:
+            f.write(code)
+        limits, netns = _rlimits(memory_mb, timeout_s, max_file_mb), _weak_netns()
+
+        def preexec() -> None:
+            if netns:
+                _unshare(netns)
+            _set_rlimits(limits)
+
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-X", "utf8", "-c", _BOOTSTRAP.format(nproc=0),
+            cwd=workdir, env=dict(_SANDBOX_ENV, HOME=workdir, TMPDIR=workdir), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=preexec,
+            start_new_session=True)
+
+        async def kill() -> None:
+            _kill_group(proc.pid)
+            await proc.wait()
+
+        return await _supervise(proc, stdin, timeout_s, max_output_chars, kill=kill)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _supervise(proc: asyncio.subprocess.Process, stdin: str, timeout_s: float, max_output_chars: int,
+                     kill) -> SandboxResult:
+    """Feed stdin, wait up to `timeout_s`, run `kill()` (always: it also ends leftovers), collect output."""
+    limit = max_output_chars * 4  # bytes; decoded and cut to characters below
+    readers = asyncio.gather(_read_capped(proc.stdout, limit, False), _read_capped(proc.stderr, limit, True))
+    try:
+        proc.stdin.write(stdin.encode())
+        await proc.stdin.drain()
+        proc.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    timed_out = False
+    try:
+        await asyncio.wait_for(proc.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        timed_out = True
+    finally:
+        await kill()
+    try:  # in weak mode a process that left the group could hold the pipes open: do not wait for it
+        (out, out_cut), (err, err_cut) = await asyncio.wait_for(readers, 5.0)
+    except asyncio.TimeoutError:
+        (out, out_cut), (err, err_cut) = (b"", True), (b"output lost: the pipes stayed open", True)
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    truncated = out_cut or err_cut or len(stdout) > max_output_chars or len(stderr) > max_output_chars
+    return SandboxResult(stdout=stdout[:max_output_chars], stderr=stderr[-max_output_chars:],
+                         exit_code=None if timed_out else proc.returncode, timed_out=timed_out, timeout_s=timeout_s,
+                         truncated=truncated)
 
 
 async def _read_capped(stream: asyncio.StreamReader, limit: int, keep_tail: bool) -> tuple[bytes, bool]:
@@ -139,54 +316,6 @@ async def _read_capped(stream: asyncio.StreamReader, limit: int, keep_tail: bool
     return bytes(buf), truncated
 
 
-async def arun_python(code: str, *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 4000,
-                      max_file_mb: int = 16, network: str | None = None, stdin: str = "") -> SandboxResult:
-    """Run `code` as a program in a fresh sandboxed `python -I`; see the module docstring."""
-    network = network or network_isolation()
-    if network not in NETWORK_MODES:
-        raise ValueError(f"network={network!r}: expected one of {NETWORK_MODES}")
-    workdir = tempfile.mkdtemp(prefix="rlfactory-sandbox-")
-    try:
-        with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as f:
-            f.write(code)
-        env = {"HOME": workdir, "TMPDIR": workdir, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-        preexec = functools.partial(_preexec, memory_mb * 2**20, int(timeout_s) + 1, max_file_mb * 2**20, network)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-X", "utf8", "-c", _BOOTSTRAP.format(patch=network == "socket-patch"),
-            cwd=workdir, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, preexec_fn=preexec, start_new_session=True,
-        )
-        limit = max_output_chars * 4  # bytes; decoded and cut to characters below
-        readers = asyncio.gather(_read_capped(proc.stdout, limit, False), _read_capped(proc.stderr, limit, True))
-        try:
-            proc.stdin.write(stdin.encode())
-            await proc.stdin.drain()
-            proc.stdin.close()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        timed_out = False
-        try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            timed_out = True
-        finally:
-            _kill_group(proc.pid)  # also ends anything the program forked
-            await proc.wait()
-        try:  # a grandchild that left the group could hold the pipes open: do not wait for it
-            (out, out_cut), (err, err_cut) = await asyncio.wait_for(readers, 5.0)
-        except asyncio.TimeoutError:
-            (out, out_cut), (err, err_cut) = (b"", True), (b"output lost: the pipes stayed open", True)
-        stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-        truncated = out_cut or err_cut or len(stdout) > max_output_chars or len(stderr) > max_output_chars
-        return SandboxResult(
-            stdout=stdout[:max_output_chars], stderr=stderr[-max_output_chars:],
-            exit_code=None if timed_out else proc.returncode, timed_out=timed_out, timeout_s=timeout_s,
-            truncated=truncated,
-        )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -194,11 +323,23 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def run_python(code: str, **kwargs) -> SandboxResult:
-    """Blocking `arun_python`; works inside a running event loop too (runs on a worker thread)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(arun_python(code, **kwargs))
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, arun_python(code, **kwargs)).result()
+def _unshare(flags: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(flags) != 0:
+        raise OSError(ctypes.get_errno(), "unshare failed")
+
+
+@functools.lru_cache(maxsize=1)
+def _weak_netns() -> int:
+    """The unshare flags that give the weak sandbox a network namespace here, or 0 when none can."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    for flags in (_CLONE_NEWNET, _CLONE_NEWUSER | _CLONE_NEWNET):
+        try:
+            r = subprocess.run([sys.executable, "-I", "-c", "pass"], preexec_fn=functools.partial(_unshare, flags),
+                               capture_output=True, timeout=30)
+            if r.returncode == 0:
+                return flags
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return 0
