@@ -218,33 +218,74 @@ async def _arun_strict(code: str, *, timeout_s: float, memory_mb: int, max_outpu
     finally:
         os.close(code_fd)
         os.close(info_w)
+    init = asyncio.ensure_future(_namespace_init(info_r))
     try:
-        return await _supervise(proc, stdin, timeout_s, max_output_chars, kill=lambda: _kill_namespace(proc, info_r))
+        return await _supervise(proc, stdin, timeout_s, max_output_chars, kill=lambda: _end_namespace(proc, init))
     finally:
+        init.cancel()
         os.close(info_r)
 
 
-async def _kill_namespace(proc: asyncio.subprocess.Process, info_r: int) -> None:
-    """Kill the namespace's init (the kernel then kills every process in the namespace) and wait for
-    bwrap, which exits only once its init is gone; kill bwrap itself if it has not started one."""
-    pid = None
+async def _readable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
     try:
-        os.set_blocking(info_r, False)
-        pid = json.loads(os.read(info_r, 65536) or b"{}").get("child-pid")
-    except (BlockingIOError, ValueError, OSError):
-        pass
-    if pid and proc.returncode is None:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _namespace_init(info_r: int) -> int | None:
+    """A pidfd of the sandbox's init (pid 1 of its PID namespace), read from bwrap's --info-fd,
+    which bwrap writes right after starting it; None if bwrap ends without one."""
+    os.set_blocking(info_r, False)
+    buf = b""
+    while True:
+        await _readable(info_r)
+        chunk = os.read(info_r, 65536)
+        if not chunk:
+            return None
+        buf += chunk
         try:
-            os.kill(pid, signal.SIGKILL)
+            pid = json.loads(buf)["child-pid"]
+        except (ValueError, KeyError):
+            continue
+        try:
+            return os.pidfd_open(pid)
         except ProcessLookupError:
-            pass
+            return None
+
+
+async def _end_namespace(proc: asyncio.subprocess.Process, init: asyncio.Future) -> None:
+    """Kill the sandbox's init if bwrap is still running (the kernel then kills every process in the
+    namespace) and return once the init is gone. bwrap itself may exit before its init does (it
+    reports the program's exit status first), so wait on the init: its pidfd turns readable only
+    after the kernel has killed and reaped every other process of the namespace."""
+    pidfd = None
+    if proc.returncode is None and not init.done():
+        init.cancel()  # still starting up: killing bwrap takes its init down too (--die-with-parent)
+    else:
         try:
-            await asyncio.wait_for(proc.wait(), 10.0)
-        except asyncio.TimeoutError:
+            pidfd = await asyncio.wait_for(init, 10.0)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
             pass
-    if proc.returncode is None:
-        _kill_group(proc.pid)  # bwrap itself; --die-with-parent takes its init down with it
-    await proc.wait()
+    try:
+        if proc.returncode is None:
+            if pidfd is not None:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                try:
+                    await asyncio.wait_for(proc.wait(), 10.0)
+                except asyncio.TimeoutError:
+                    pass
+            if proc.returncode is None:
+                _kill_group(proc.pid)
+        await proc.wait()
+        if pidfd is not None:
+            await asyncio.wait_for(_readable(pidfd), 10.0)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 async def _arun_weak(code: str, *, timeout_s: float, memory_mb: int, max_output_chars: int, max_file_mb: int,
