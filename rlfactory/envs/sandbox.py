@@ -84,7 +84,7 @@ class SandboxUnavailable(RuntimeError):
 class SandboxResult:
     stdout: str
     stderr: str
-    exit_code: int | None  # None when killed for time
+    exit_code: int | None  # None when killed for time; strict mode: 128 + N when killed by signal N
     timed_out: bool
     timeout_s: float
     truncated: bool = False
@@ -120,9 +120,10 @@ def sandbox_support() -> str | None:
                                    max_file_mb=1, max_disk_mb=1, max_processes=8, stdin=""))
     except (OSError, subprocess.SubprocessError) as e:  # a failed staging mount, an unusable binary
         return f"{BWRAP} failed to start: {e}"
-    if r.stdout != "ok\n":
-        lines = (r.stderr or r.text()).strip().splitlines()
-        return f"{BWRAP} could not build the sandbox: {lines[0] if lines else r.text()}"
+    if r.stdout != "ok\n":  # bwrap's own message if it gave one, else how python failed inside
+        lines = r.text().strip().splitlines()
+        said = [line for line in lines if line.startswith("bwrap:")] or lines[-1:]
+        return f"{BWRAP} could not build the sandbox: {said[0]}"
     return None
 
 
