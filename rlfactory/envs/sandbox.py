@@ -7,7 +7,8 @@ Two modes, chosen by name (`mode`; the code env's `sandbox` option):
 
 - its own user, PID, mount, network, IPC, UTS (and cgroup) namespaces: it sees only its own
   processes (the trainer and every other host process are invisible and cannot be signalled), has
-  no capabilities, cannot create further user namespaces, and has no network (not even loopback);
+  no capabilities, cannot create further user namespaces, and has no network: a network namespace
+  holding only a loopback of its own (the host's 127.0.0.1 is not reachable);
 - an unprivileged user: when the trainer runs as root the sandbox runs as uid 65534 (nobody);
 - a read-only view of only what Python needs (`/usr`, the Python installation and the virtual
   environment, a few files of `/etc`): no home directories, no repository, no host `/tmp`;
@@ -21,6 +22,10 @@ Two modes, chosen by name (`mode`; the code env's `sandbox` option):
   program exits, or the time limit kills the init, the kernel kills every process left in the
   namespace (`setsid` and double forks included) before the call returns; if the trainer dies, the
   sandbox dies with it (`--die-with-parent`).
+
+Not covered: there is no seccomp filter (the program may make any system call an unprivileged
+process in a user namespace may, so a kernel bug there is the remaining risk); CPU is bounded per
+process in time, not in share; the number of (empty) files in `/tmp` is bounded only by time.
 
 Where `bwrap` is missing or the kernel refuses the namespaces, `strict` refuses to run anything
 (`SandboxUnavailable`, one line naming the cause). `weak` must be chosen by name: a `python -I`
