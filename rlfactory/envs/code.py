@@ -138,7 +138,7 @@ class CodeEnv(Env):
         if options:
             raise TypeError(f"code env: unknown option(s) {', '.join(sorted(options))}")
         if sandbox not in SANDBOX_MODES:
-            raise ValueError(f"code env: sandbox mode {sandbox!r}: expected one of {SANDBOX_MODES} (env.options.sandbox)")
+            raise ValueError(f"code env: env.options.sandbox={sandbox!r}: expected one of {SANDBOX_MODES}")
         self.sandbox = sandbox
         self.seed, self.n_train, self.n_test, self.word_fraction = seed, n_train, n_test, word_fraction
         self.data = {"train": train_data, "test": test_data}
