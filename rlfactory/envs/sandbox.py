@@ -54,6 +54,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
+from rlfactory.config import ConfigError
 from rlfactory.envs.sandbox_bwrap import bwrap_command, enter_layout, sandbox_layout
 
 SANDBOX_MODES = ("strict", "weak")
@@ -81,8 +82,9 @@ except BaseException as _e:  # print the traceback without this bootstrap's fram
 """
 
 
-class SandboxUnavailable(RuntimeError):
-    """The strict sandbox cannot run on this machine (the message names the cause and the opt-out)."""
+class SandboxUnavailable(ConfigError):
+    """The strict sandbox cannot run on this machine (the message names the cause and the opt-out,
+    `env.options.sandbox: weak`); a ConfigError, so the CLI prints it as one line."""
 
 
 @dataclass

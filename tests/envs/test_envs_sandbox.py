@@ -23,6 +23,7 @@ import uuid
 
 import pytest
 
+from rlfactory.config import ConfigError
 from rlfactory.envs import make_env
 from rlfactory.envs import sandbox as sandbox_mod
 from rlfactory.envs.code import python_tool
@@ -369,8 +370,9 @@ def test_strict_refuses_to_run_without_bubblewrap(fresh_probe):
     fresh_probe.setattr(sandbox_mod, "BWRAP", "rlf-no-such-bwrap")
     with pytest.raises(SandboxUnavailable, match=r"bubblewrap \(rlf-no-such-bwrap\) is not installed.*sandbox: weak"):
         run_python("print(1)")
-    with pytest.raises(SandboxUnavailable):
-        make_env("code", n_train=2, n_test=1).tools()
+    with pytest.raises(SandboxUnavailable) as e:
+        make_env("code", n_train=2, n_test=1).tools()  # at start-up, where the runner is built
+    assert isinstance(e.value, ConfigError)  # the CLI prints it as one line and exits with 2
 
 
 @pytest.fixture()
@@ -408,3 +410,4 @@ def test_weak_mode_is_chosen_by_name_and_says_so(fresh_probe, capsys):
     assert run_python("while True: pass", mode="weak", timeout_s=0.5).timed_out
     with pytest.raises(ValueError, match="env.options.sandbox='loose'"):
         make_env("code", sandbox="loose")
+
