@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.overrides)
 
     async def go():
-        async with open_rollout(cfg) as session:
+        async with open_rollout(cfg, load_policy=False) as session:  # only generation servers need weights
             rows = session.env.load_split(args.split)
             if args.limit is not None:
                 rows = rows[: args.limit]

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from rlfactory.chat.base import ToolManager
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.episode import Episode
-from rlfactory.rollout.generator import Generator
+from rlfactory.rollout.generator import GenerationUnavailable, Generator
 from rlfactory.rollout.trajectory import Trajectory
 from rlfactory.tools.base import ToolCall
 
@@ -104,7 +104,11 @@ class RolloutEngine:
         t0 = time.perf_counter()
         try:
             while (request := ep.next_request()) is not None:
-                result = await self.generator.submit(request)
+                try:
+                    result = await self.generator.submit(request)
+                except GenerationUnavailable as e:  # e.g. every generation server down: this trajectory only
+                    ep.on_infra_error(f"generation: {e}")
+                    break
                 calls = ep.on_generation(result)
                 if calls:
                     await self._tools(ep, calls)
@@ -118,7 +122,12 @@ class RolloutEngine:
             ready = [(ep, req) for ep in episodes if (req := ep.next_request()) is not None]
             if not ready:
                 break
-            results = await self.generator.generate([req for _, req in ready])
+            try:
+                results = await self.generator.generate([req for _, req in ready])
+            except GenerationUnavailable as e:  # the whole lock-step batch waits on this generation
+                for ep, _ in ready:
+                    ep.on_infra_error(f"generation: {e}")
+                continue
             todo = [(ep, calls) for (ep, _), res in zip(ready, results) if (calls := ep.on_generation(res))]
             if sequential:
                 for ep, calls in todo:

@@ -19,6 +19,8 @@ How a trajectory ends, and its status:
                infrastructure status (crashed, circuit_open), or env.step raised. The trajectory
                stops there and `error` says why. A tool's own error, a timeout or bad arguments are
                ordinary observations; so is an infra failure of some (not all) calls of a turn.
+               The generator raising GenerationUnavailable (no server could serve the turn) also
+               ends the trajectory `infra_error` (the engine calls `on_infra_error`).
 `turns` counts model turns (generations).
 """
 
@@ -94,7 +96,8 @@ class Episode:
         t = self.traj
         t.turns += 1
         text = res.text or self.decode(res.token_ids)
-        t.segments.append(Segment("model", list(res.token_ids), text, list(res.logprobs), self.policy_version))
+        version = self.policy_version if res.policy_version is None else res.policy_version  # a server reports its own
+        t.segments.append(Segment("model", list(res.token_ids), text, list(res.logprobs), version))
         self.context.extend(res.token_ids)
         t.metrics["gen_s"] += res.gen_s
         t.metrics["queue_s"] += res.queue_s

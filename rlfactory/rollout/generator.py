@@ -2,7 +2,12 @@
 
 A generator serves many trajectories at once. `submit` is called by one trajectory for one model
 turn; `generate` is a convenience for a whole batch. Backends: `LocalGenerator` (transformers,
-continuous batching, rlfactory/rollout/local.py); an OpenAI-compatible server backend may follow.
+continuous batching, rlfactory/rollout/local.py) and `ServerGenerator` (vLLM / SGLang /
+`rlfactory serve` over HTTP, rlfactory/rollout/server_generator.py).
+
+A generator that cannot serve a turn for reasons outside the model (every server down, a server
+rejecting the request) raises `GenerationUnavailable`; the rollout engine ends that trajectory
+`infra_error` and goes on with the others.
 """
 
 from __future__ import annotations
@@ -51,6 +56,14 @@ class GenResult:
     """Seconds from submission until the request entered the batch (its prefill started)."""
     gen_s: float = 0.0
     """Seconds from the start of its prefill to its last token."""
+    policy_version: int | None = None
+    """The policy version that produced every token of this turn, when the generator knows it
+    (a server reports the weights it held); None = the version the caller asked for."""
+
+
+class GenerationUnavailable(RuntimeError):
+    """The generator could not serve this turn for infrastructure reasons (every server down or
+    timing out, or a server rejecting the request); the message says which and why."""
 
 
 class Generator(Protocol):

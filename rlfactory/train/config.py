@@ -13,6 +13,7 @@ from rlfactory.config import ConfigPath, Section
 from rlfactory.envs.config import EnvConfig
 from rlfactory.rewards.config import RewardConfig
 from rlfactory.rollout.config import ModelConfig, RolloutConfig, SamplingConfig
+from rlfactory.rollout.server_config import GeneratorConfig
 from rlfactory.tools.config import ToolsConfig
 from rlfactory.train.sft_config import SftConfig
 
@@ -140,6 +141,7 @@ class RunConfig(Section):
     reward: RewardConfig = RewardConfig()
     sampling: SamplingConfig = SamplingConfig()
     rollout: RolloutConfig = RolloutConfig()
+    generator: GeneratorConfig = GeneratorConfig()
     algo: AlgoConfig = AlgoConfig()
     trainer: TrainerConfig = TrainerConfig()
     sft: SftConfig = SftConfig()

@@ -30,6 +30,7 @@ from rlfactory.algos.advantages import (
 )
 from rlfactory.config import dump_config
 from rlfactory.rewards.base import score_all
+from rlfactory.rollout.build import pad_id_of
 from rlfactory.rollout.trajectory import Trajectory
 from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.train.batch import collate
@@ -50,14 +51,15 @@ from rlfactory.train.model import (
 )
 from rlfactory.train.runlog import RunLog
 from rlfactory.train.update import PolicyUpdate, UpdateData
+from rlfactory.train.weight_sync import make_weight_sync
 
 
 class Trainer:
     """Owns the policy, optimizer and step of one run.
 
     `session` is an open rollout session (rlfactory.rollout.build.open_rollout): its `engine`
-    rolls out, its `generator.model` is the policy (trained in place), `tokenizer` is saved with
-    every checkpoint.
+    rolls out, its `model` is the policy (trained in place; the local generator samples from it,
+    generation servers get its weights after each update), `tokenizer` is saved with every checkpoint.
     """
 
     def __init__(self, cfg: RunConfig, session: Any, reward: Any, train_rows: list[dict], test_rows: list[dict] | None = None) -> None:
@@ -67,10 +69,11 @@ class Trainer:
         self.reward = reward
         self.test_rows = test_rows or []
         tr, algo = cfg.trainer, cfg.algo
-        base = session.generator.model
+        base = session.model
         self.device = next(base.parameters()).device
         self.tokenizer = session.tokenizer
-        self.pad_id = int(session.generator.pad_id)
+        self.pad_id = pad_id_of(session.tokenizer, base)
+        self.weight_sync = make_weight_sync(cfg, session.generator)  # server backend: push weights after updates
         self.temperature = cfg.sampling.logprob_temperature
         if tr.gradient_checkpointing:
             base.gradient_checkpointing_enable()
@@ -103,6 +106,7 @@ class Trainer:
         t0 = time.perf_counter()
         seed_everything(derive_seed(cfg.trainer.seed, step, "global"))
         self._reseed_generation(derive_seed(cfg.trainer.seed, step, "sampling"))
+        synced = await self.weight_sync.ensure(self.policy, self.version) if self.weight_sync else {}
         rows = self.sampler.rows_for(step - 1)
         trajs = await self.engine.run(rows, algo.group_size, policy_version=self.version)
         t_gen = time.perf_counter() - t0
@@ -123,6 +127,9 @@ class Trainer:
             metrics.update(self._learn(step, trajs, rewards, groups, valid, keep))
         t_train = time.perf_counter() - t1
         self.version += 1
+        if self.weight_sync is not None:
+            synced = await self.weight_sync.push(self.policy, self.version)
+        metrics.update(synced)
         self.step_done = step
         metrics.update({
             "policy_version": float(self.version),
