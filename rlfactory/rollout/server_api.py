@@ -138,7 +138,9 @@ def _parse_vllm(body: Any) -> ServerTurn:
     if not isinstance(choices, list) or len(choices) != 1:
         raise MalformedResponse("expected exactly one choice")
     choice = choices[0]
-    ids = _ints(_get(choice, "token_ids"), "choices[0].token_ids (was return_token_ids dropped?)")
+    if not isinstance(choice, dict) or choice.get("token_ids") is None:
+        raise MalformedResponse("choices[0].token_ids is missing: the server ignored return_token_ids")
+    ids = _ints(choice["token_ids"], "choices[0].token_ids")
     logprobs = _floats(_get(choice, "logprobs", "token_logprobs"), "choices[0].logprobs.token_logprobs")
     finish = _get(choice, "finish_reason")
     if finish not in ("stop", "length"):

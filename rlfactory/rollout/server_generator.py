@@ -42,7 +42,10 @@ class ServerState:
     """The policy version this server holds, as recorded by the last successful sync."""
     kind: str | None = None
     """"rlfactory" when `/health` says it is `rlfactory serve`, "other" otherwise, None before the probe."""
+    assigned: int = 0
+    """Turns picked for this server and not yet answered (waiting at its gate or in flight)."""
     inflight: int = 0
+    """Turns sent to this server and not yet answered."""
     pinned: int = 0
     down_until: float = 0.0
     last_error: str = ""
@@ -114,19 +117,25 @@ class ServerGenerator:
         t_submit = time.perf_counter()
         while (server := self._pick(request.session, tried)) is not None:
             tried.append(server)
-            await server.gate.wait()
-            if not server.up(time.monotonic()):
-                continue  # went down (or stale) while we waited at its gate
-            if server.kind is None:
-                await self.probe(server)
-            session = request.session if self.api == "vllm" or server.kind == "rlfactory" else None
-            body = build_request(self.api, request, stop_ids, stops, seed=seed, model=self.served_model, session=session)
-            version_at_send = server.version
-            server.inflight += 1
-            server.idle.clear()
-            t_send = time.perf_counter()
+            server.assigned += 1  # counts for placement from the moment it is picked
             try:
-                turn = await self._post(server, body, stop_ids)
+                await server.gate.wait()
+                if not server.up(time.monotonic()):
+                    continue  # went down (or stale) while we waited at its gate
+                if server.kind is None:
+                    await self.probe(server)
+                session = request.session if self.api == "vllm" or server.kind == "rlfactory" else None
+                body = build_request(self.api, request, stop_ids, stops, seed=seed, model=self.served_model, session=session)
+                version_at_send = server.version
+                server.inflight += 1
+                server.idle.clear()
+                t_send = time.perf_counter()
+                try:
+                    turn = await self._post(server, body, stop_ids)
+                finally:
+                    server.inflight -= 1
+                    if server.inflight == 0:
+                        server.idle.set()
             except _Rejected as e:
                 raise GenerationUnavailable(f"generation server {server.url} refused the request: {e}") from None
             except _ServerFault as e:
@@ -134,9 +143,7 @@ class ServerGenerator:
                 failures.append(f"{server.url}: {e}")
                 continue
             finally:
-                server.inflight -= 1
-                if server.inflight == 0:
-                    server.idle.set()
+                server.assigned -= 1
             server.served += 1
             self._pin(request.session, server)
             text = self.tokenizer.decode(turn.token_ids, skip_special_tokens=False) if self.tokenizer is not None else ""
@@ -207,7 +214,7 @@ class ServerGenerator:
         candidates = [s for s in self.servers if s not in tried and s.up(now)]
         if not candidates:
             return None
-        return min(candidates, key=lambda s: (s.inflight, s.pinned, s.served))
+        return min(candidates, key=lambda s: (s.assigned, s.pinned, s.served))
 
     def _pin(self, session: str | None, server: ServerState) -> None:
         if session is None:
