@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from rlfactory.rollout.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest, GenResult
 
@@ -71,8 +73,8 @@ def _sampling(temperature: float, top_p: float, top_k: int) -> SamplingConfig:
     try:
         return SamplingConfig(temperature=max(float(temperature), 0.0), top_p=float(top_p),
                               top_k=0 if top_k in (-1, 0) else int(top_k), greedy=float(temperature) <= 0)
-    except ValueError as e:
-        raise BadRequest(str(e).splitlines()[-1]) from None
+    except ValidationError as e:
+        raise BadRequest("; ".join(err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
 
 
 def _stop_ids(given: list[int], ignore_eos: bool, eos: tuple[int, ...]) -> list[int]:
@@ -143,7 +145,7 @@ def completions_response(turn: Turn, result: GenResult, version: int, model: str
     return {"id": turn.request_id, "object": "text_completion", "created": int(time.time()), "model": model,
             "choices": [choice], "usage": {"prompt_tokens": n_prompt, "total_tokens": n_prompt + len(ids),
                                            "completion_tokens": len(ids), "prompt_tokens_details": None},
-            "system_fingerprint": None, "policy_version": version}
+            "service_tier": None, "system_fingerprint": None, "kv_transfer_params": None, "policy_version": version}
 
 
 # ---- SGLang /generate -------------------------------------------------------------------------

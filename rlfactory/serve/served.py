@@ -53,6 +53,8 @@ class ServedModel:
         self.context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
         self.version = int(version)
         self.updates = 0
+        self.updates_waited = 0
+        """Updates that had to wait for turns in flight to finish."""
         self.active = 0
         self._sessions: OrderedDict[str, None] = OrderedDict()
         self._open = asyncio.Event()
@@ -95,6 +97,8 @@ class ServedModel:
         async with self._update_lock:
             self._open.clear()
             try:
+                if not self._idle.is_set():
+                    self.updates_waited += 1
                 await self._idle.wait()  # every turn in flight finishes on the old weights
                 await asyncio.to_thread(apply)
                 self.version = self.version + 1 if version is None else int(version)
@@ -115,7 +119,8 @@ class ServedModel:
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "server": "rlfactory", "model": self.name, "policy_version": self.version,
                 "weight_version": str(self.version), "max_batch": self.max_batch, "active": self.active,
-                "kept_sessions": self.generator.kept_sessions, "updates": self.updates, "time": time.time()}
+                "kept_sessions": self.generator.kept_sessions, "updates": self.updates,
+                "updates_waited": self.updates_waited, "time": time.time()}
 
     def close(self) -> None:
         self.generator.close()
