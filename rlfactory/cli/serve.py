@@ -27,6 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the sampling random generator")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--policy-version", type=int, default=0, help="the version the starting weights count as")
+    p.add_argument("--logits-processor", default=None, metavar="MODULE:FACTORY",
+                   help="FACTORY(tokenizer) returns a local-generator logits processor applied to every turn, e.g. "
+                   "a ScriptedPolicy that makes an untrained model follow a tool-use script (tests, benchmarks); "
+                   "the current folder is importable")
     p.add_argument("--exit-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
@@ -62,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(ModelConfig(path=args.model, dtype=args.dtype), pick_device(args.device))
     served = ServedModel(model, tokenizer, name=args.model, pad_id=pad_id_of(tokenizer, model), max_batch=args.max_batch,
                          seed=args.seed, version=args.policy_version)
+    if args.logits_processor:
+        served.generator.logits_processor = _import(args.logits_processor)(tokenizer)
     print(f"rlfactory serve: {args.model} on http://{args.host}:{args.port} (policy version {served.version}, "
           f"max batch {args.max_batch})", file=sys.stderr, flush=True)
     try:
@@ -69,3 +75,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         served.close()
     return 0
+
+
+def _import(spec: str):
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"--logits-processor must be MODULE:FACTORY, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return getattr(importlib.import_module(module), name)

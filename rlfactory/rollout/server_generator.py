@@ -51,6 +51,8 @@ class ServerState:
     last_error: str = ""
     stale: bool = False
     """The last weight sync to this server failed: it may hold old weights."""
+    reported: int | None = None
+    """The version this server reported with its last answer (servers that report one)."""
     served: int = 0
     failures: int = 0
     gate: asyncio.Event = field(default_factory=asyncio.Event)
@@ -145,6 +147,8 @@ class ServerGenerator:
             finally:
                 server.assigned -= 1
             server.served += 1
+            if turn.policy_version is not None:
+                server.reported = turn.policy_version
             self._pin(request.session, server)
             text = self.tokenizer.decode(turn.token_ids, skip_special_tokens=False) if self.tokenizer is not None else ""
             return GenResult(

@@ -7,6 +7,7 @@
     POST /release_session           {"session_id"}: drop that trajectory's kept KV cache
     GET  /health                    {"status": "ok", "server": "rlfactory", "policy_version", ...}
     GET  /policy_version, /get_weight_version, /get_model_info, /v1/models
+    GET  /weights_digest             {"sha256", "policy_version"}: SHA-256 of the served weights
 
 Every generation answer carries the policy version that produced it (`policy_version` in vLLM's
 shape, `meta_info.weight_version` in SGLang's). An update without a version bumps it by one.
@@ -15,6 +16,7 @@ Anyone who can reach the port can replace the weights: bind to loopback or a pri
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -25,7 +27,7 @@ from starlette.routing import Route
 
 from rlfactory.serve.api import BadRequest, completions_response, generate_response, parse_completions, parse_generate
 from rlfactory.serve.served import ServedModel
-from rlfactory.serve.weights import WeightsMismatch
+from rlfactory.serve.weights import WeightsMismatch, weights_digest
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -121,6 +123,10 @@ def build_app(served: ServedModel) -> Starlette:
     async def model_info(request: Request) -> JSONResponse:
         return JSONResponse({"model_path": served.name, "is_generation": True, "weight_version": str(served.version)})
 
+    async def digest(request: Request) -> JSONResponse:
+        version = served.version
+        return JSONResponse({"sha256": await asyncio.to_thread(weights_digest, served.model), "policy_version": version})
+
     async def models(request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": served.name, "object": "model", "owned_by": "rlfactory",
                                                          "max_model_len": served.context or None}]})
@@ -136,4 +142,5 @@ def build_app(served: ServedModel) -> Starlette:
         Route("/get_weight_version", weight_version, methods=["GET"]),
         Route("/get_model_info", model_info, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/weights_digest", digest, methods=["GET"]),
     ])

@@ -45,11 +45,11 @@ def _stop(proc: subprocess.Popen, log) -> None:
 
 class ServeProcess:
     """An `rlfactory serve MODEL` process; `url` is `http://host:port` once started. `args` are
-    extra command-line options (e.g. ["--max-batch", "8", "--threads", "1"])."""
+    extra command-line options (e.g. ["--max-batch", "8", "--threads", "1"]); `cwd` its folder."""
 
     def __init__(self, model: str, args: list[str] | None = None, host: str = "127.0.0.1",
-                 port: int | None = None, startup_timeout_s: float = 120.0) -> None:
-        self.model, self.args, self.host = model, list(args or []), host
+                 port: int | None = None, startup_timeout_s: float = 120.0, cwd: str | None = None) -> None:
+        self.model, self.args, self.host, self.cwd = model, list(args or []), host, cwd
         self._requested_port = port
         self.port: int | None = None
         self.startup_timeout_s = startup_timeout_s
@@ -77,7 +77,7 @@ class ServeProcess:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "rlfactory.cli.main", "serve", self.model, "--host", self.host,
                      "--port", str(port), *self.args, "--exit-with-parent", str(os.getpid())],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.cwd,
                 )
             finalizer = weakref.finalize(self, _stop, proc, log)
             if self._wait_ready(proc, f"http://{self.host}:{port}"):

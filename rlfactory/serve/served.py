@@ -56,6 +56,7 @@ class ServedModel:
         self.updates_waited = 0
         """Updates that had to wait for turns in flight to finish."""
         self.active = 0
+        self.turns = 0
         self._sessions: OrderedDict[str, None] = OrderedDict()
         self._open = asyncio.Event()
         self._open.set()
@@ -75,6 +76,7 @@ class ServedModel:
             self.active -= 1
             if self.active == 0:
                 self._idle.set()
+        self.turns += 1
         if request.session is not None:
             self._keep(request.session)
         return result, version
@@ -118,7 +120,7 @@ class ServedModel:
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "server": "rlfactory", "model": self.name, "policy_version": self.version,
-                "weight_version": str(self.version), "max_batch": self.max_batch, "active": self.active,
+                "weight_version": str(self.version), "max_batch": self.max_batch, "active": self.active, "turns": self.turns,
                 "kept_sessions": self.generator.kept_sessions, "updates": self.updates,
                 "updates_waited": self.updates_waited, "time": time.time()}
 

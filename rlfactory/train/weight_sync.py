@@ -181,14 +181,14 @@ class WeightSync:
         for server in self.generator.servers:
             if server.kind is None:
                 await self.generator.probe(server)
-        plan = [(s, self._method_for(s)) for s in self.generator.servers]
-        prepared: dict[str, Any] = {}
-        for name in dict.fromkeys(m.name for _, m in plan):
-            method = next(m for _, m in plan if m.name == name)
-            prepared[name] = await method.prepare(policy, version)
+        # A server that does not answer at all cannot be updated (auto could not even pick a method).
+        plan = [(s, self._method_for(s) if s.kind is not None or self.method != "auto" else None)
+                for s in self.generator.servers]
+        methods = {m.name: m for _, m in plan if m is not None}
+        prepared = {name: await m.prepare(policy, version) for name, m in methods.items()}
         t_prep = time.perf_counter() - t0
-        results = await asyncio.gather(*(self._one(s, m, prepared[m.name], version) for s, m in plan))
-        for method in {m.name: m for _, m in plan}.values():
+        results = await asyncio.gather(*(self._one(s, m, prepared[m.name] if m else None, version) for s, m in plan))
+        for method in methods.values():
             method.done(version)
         self.pushed = version
         size = sum(p.numel() * p.element_size() for n, p in policy.named_parameters() if "lora_" not in n) / 1e6
@@ -212,14 +212,17 @@ class WeightSync:
             raise ValueError(f"generator.weight_sync {name!r} needs generator.sync_dir")
         return self._methods[name]
 
-    async def _one(self, server: ServerState, method: SyncMethod, prepared: Any, version: int) -> bool:
+    async def _one(self, server: ServerState, method: SyncMethod | None, prepared: Any, version: int) -> bool:
         await self.generator.hold(server)
         ok = False
         try:
+            if method is None:
+                raise ConnectionError("unreachable (no answer on /health)")
             await method.send(server, prepared, version)
             ok = True
         except Exception as e:  # one server failing must not stop the run; it gets no turns until fixed
-            print(f"rlfactory: weight sync ({method.name}) to {server.url} failed: {type(e).__name__}: {e}; "
+            name = method.name if method is not None else self.method
+            print(f"rlfactory: weight sync ({name}) to {server.url} failed: {type(e).__name__}: {e}; "
                   "it gets no turns until a later sync succeeds", file=sys.stderr)
         finally:
             self.generator.release(server, version if ok else None)
