@@ -35,8 +35,8 @@ class GeneratorConfig(Section):
     """How the trainer sends new weights to the servers after each update. tensors: a safetensors
     body over HTTP (`rlfactory serve`); disk: a checkpoint folder under `sync_dir` named in
     `/update_weights_from_disk` (SGLang, `rlfactory serve`); nccl: vLLM's weight-transfer routes
-    with an NCCL broadcast (vLLM on GPUs); none: never. auto: tensors for `rlfactory serve`,
-    disk for sglang, nccl for vllm."""
+    with an NCCL broadcast (vLLM on GPUs); none: never. auto: for `rlfactory serve` disk on a
+    loopback URL (same machine, much faster) and tensors otherwise; disk for sglang; nccl for vllm."""
     sync_dir: ConfigPath | None = None
     """Folder for `weight_sync: disk`, readable by every server at the same path; unset =
     `<trainer.run_dir>/weight_sync`."""

@@ -1,8 +1,8 @@
 """Weight sync: after each policy update the learner pushes its weights to every generation server
 (server backend) and records the version each server holds.
 
-Per server, the method is `generator.weight_sync` (auto: tensors for `rlfactory serve`, disk for
-SGLang, nccl for vLLM):
+Per server, the method is `generator.weight_sync` (auto: for `rlfactory serve` disk when it runs
+on this machine (a loopback URL), else tensors; disk for SGLang; nccl for vLLM):
   tensors  the weights as one safetensors body, `POST /update_weights_from_tensors?policy_version=N`
            (`rlfactory serve`).
   disk     the weights written once as a checkpoint folder under `sync_dir` (model.safetensors +
@@ -201,7 +201,12 @@ class WeightSync:
     def _method_for(self, server: ServerState) -> SyncMethod:
         name = self.method
         if name == "auto":
-            name = "tensors" if server.kind == "rlfactory" else ("disk" if self.generator.api == "sglang" else "nccl")
+            if server.kind == "rlfactory":
+                # On this machine a checkpoint folder goes through the page cache, several times
+                # faster than the same bytes through an HTTP body (benchmarks/weight_sync.py).
+                name = "disk" if _is_loopback(server.url) and "disk" in self._methods else "tensors"
+            else:
+                name = "disk" if self.generator.api == "sglang" else "nccl"
         if name == "nccl":
             if self._nccl is None:
                 from rlfactory.train.weight_sync_vllm import VllmNccl
@@ -227,6 +232,19 @@ class WeightSync:
         finally:
             self.generator.release(server, version if ok else None)
         return ok
+
+
+def _is_loopback(url: str) -> bool:
+    import ipaddress
+    from urllib.parse import urlparse
+
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def make_weight_sync(cfg: Any, generator: Any) -> WeightSync | None:

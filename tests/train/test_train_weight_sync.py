@@ -156,6 +156,17 @@ def test_a_server_that_cannot_be_updated_is_stale_and_the_others_serve(servers, 
     assert f"weight sync (tensors) to {dead} failed" in capsys.readouterr().err
 
 
+def test_auto_uses_the_page_cache_on_this_machine_and_http_elsewhere(tmp_path):
+    g = ServerGenerator(["http://127.0.0.1:1", "http://10.1.2.3:8000", "http://localhost:2"], "vllm", None)
+    for s in g.servers:
+        s.kind = "rlfactory"
+    assert [WeightSync(g, "auto", tmp_path)._method_for(s).name for s in g.servers] == ["disk", "tensors", "disk"]
+    assert WeightSync(g, "auto")._method_for(g.servers[0]).name == "tensors"  # no folder to share
+    sglang = ServerGenerator(["http://10.0.0.1:30000"], "sglang", None)
+    sglang.servers[0].kind = "other"
+    assert WeightSync(sglang, "auto", tmp_path)._method_for(sglang.servers[0]).name == "disk"
+
+
 def test_make_weight_sync_only_for_the_server_backend(tmp_path):
     from rlfactory.train.config import RunConfig
 
