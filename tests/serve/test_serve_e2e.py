@@ -21,6 +21,7 @@ from rlfactory.cli.main import main
 from rlfactory.rollout.trajectory import read_jsonl
 from rlfactory.serve.process import ServeProcess, free_port
 from rlfactory.serve.weights import weights_digest
+from rlfactory.tiny import resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["rollout.max_new_tokens=64", "rollout.max_total_tokens=700", "trainer.progress=false",
@@ -116,6 +117,14 @@ def test_train_on_two_servers_pushes_weights_and_records_their_versions(servers,
         assert h["turns"] > 0  # both servers generated
         digest = httpx.get(url + "/weights_digest", timeout=60).json()
         assert digest == {"sha256": weights_digest(final), "policy_version": 2}  # exactly the learner's weights
+    # `rlfactory eval --model M` on servers evaluates M: its weights are pushed to them first
+    report = tmp_path / "eval.json"
+    assert main(["eval", *cmd[1:], urls_override(servers), *SMALL, "--model", "tiny:1m", "--limit", "2",
+                 "--out", str(report)]) == 0
+    assert json.loads(report.read_text())["averages"]["questions"] == 2
+    start = AutoModelForCausalLM.from_pretrained(resolve_model("tiny:1m"), dtype=torch.float32)
+    for url in servers:
+        assert httpx.get(url + "/weights_digest", timeout=60).json() == {"sha256": weights_digest(start), "policy_version": 0}
 
 
 @pytest.mark.slow
