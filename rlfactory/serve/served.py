@@ -83,7 +83,8 @@ class ServedModel:
 
     def release(self, session: str) -> bool:
         """Drop the KV cache kept for `session`; False when none was kept."""
-        known = self._sessions.pop(session, None) is not None or session in self.generator.loop.sessions
+        known = session in self._sessions
+        self._sessions.pop(session, None)
         self.generator.forget(session)
         return known
 

@@ -157,8 +157,9 @@ def test_infra_error_trajectories_are_left_out_of_baseline_and_loss(tmp_path):
     broken = traj([3, 4], "g0", "b")
     broken.status, broken.error = "infra_error", "tool server died"
     trajs = [traj([60, 61], "g0", "a"), broken, traj([5, 6], "g1", "c"), traj([8, 7], "g1", "d")]
-    session = SimpleNamespace(engine=_FixedEngine(trajs), generator=SimpleNamespace(model=tiny_qwen3(), pad_id=0),
-                              tokenizer=None, runner=None, env=None)
+    model = tiny_qwen3()
+    session = SimpleNamespace(engine=_FixedEngine(trajs), generator=SimpleNamespace(model=model, pad_id=0), model=model,
+                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
     cfg = load_config(RunConfig, run_config(tmp_path, algo={"group_size": 2}, trainer={"prompts_per_step": 2}))
     reward = RuleReward({"train_fixtures:first_token_even": 1.0})  # raises if asked to score an infra_error
     trainer = Trainer(cfg, session, reward, train_rows=[{"id": 0}, {"id": 1}])
