@@ -10,7 +10,8 @@ agent-loop YAML, instantiates the agent loop per sample with hydra, pads and sta
 and `TokenOutput`. What stands in: the LLM server manager (verl_fakes.TinyVerlServer: the tiny
 model behind verl's `generate` signature; verl's servers need vLLM or SGLang on a GPU). Two
 batches go through one worker; OUT.json gets, per sample, the unpadded prompt, response, mask,
-rollout logprobs and non-tensor fields, plus every turn the server served.
+rollout logprobs and non-tensor fields, plus every turn the server served; with --command, the
+overrides of that script's `verl.trainer.main_ppo` command that verl's trainer config lacks.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -42,6 +44,30 @@ def verl_config(agent_loops: str, model_path: str):
     rollout.agent.agent_loop_config_path = agent_loops
     cfg.data.max_prompt_length = PROMPT_LENGTH
     return cfg
+
+
+def command_keys(script: str) -> list[str]:
+    """The `key=value` overrides of the `verl.trainer.main_ppo` command in a shell script."""
+    text = Path(script).read_text().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if "verl.trainer.main_ppo" in line)
+    tokens = shlex.split(line.split("verl.trainer.main_ppo", 1)[1])
+    return [t.split("=", 1)[0] for t in tokens if "=" in t]
+
+
+def unknown_keys(keys: list[str], cfg) -> list[str]:
+    """The dotted keys that verl's trainer config does not have."""
+    from omegaconf import OmegaConf
+
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    missing = []
+    for key in keys:
+        node = tree
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                missing.append(key)
+                break
+            node = node[part]
+    return missing
 
 
 def unpad(out, i: int) -> dict:
@@ -89,6 +115,8 @@ async def run(args) -> dict:
     server = TinyVerlServer(AutoModelForCausalLM.from_pretrained(model_path).eval(),
                             AutoTokenizer.from_pretrained(model_path), token_output=TokenOutput)
     cfg = verl_config(args.agent_loops, model_path)
+    cfg.data.cache_dir = str(Path(args.out).parent / "verl_cache")
+    keys = command_keys(args.command) if args.command else []
     worker = AgentLoopWorker(cfg, server)
     dataset = RLHFDataset(parquet, worker.tokenizer, cfg.data)
     batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
@@ -108,7 +136,8 @@ async def run(args) -> dict:
     turns = [{"request_id": c.request_id, "prompt_ids": c.prompt_ids, "token_ids": c.token_ids,
               "log_probs": c.log_probs, "sampling_params": c.sampling_params} for c in server.calls]
     return {"samples": samples, "turns": turns, "workers": workers, "metrics": metrics,
-            "response_length": RESPONSE_LENGTH, "prompt_length": PROMPT_LENGTH}
+            "response_length": RESPONSE_LENGTH, "prompt_length": PROMPT_LENGTH,
+            "command_keys": keys, "unknown_command_keys": unknown_keys(keys, cfg)}
 
 
 def main() -> None:
@@ -116,6 +145,7 @@ def main() -> None:
     p.add_argument("--agent-loops", required=True)
     p.add_argument("--rlfactory-config", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--command", help="a shell script whose verl.trainer.main_ppo overrides are checked")
     args = p.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     result = asyncio.run(run(args))
