@@ -25,8 +25,9 @@ HERE = Path(__file__).resolve().parent
 def test_rlfactory_agent_loop_in_verls_agent_loop_worker(tmp_path):
     python = verl_python()
     rows = tmp_path / "rows.jsonl"
-    rows.write_text("".join(json.dumps({"id": f"r{n}", "question": f"Task {n}: add things.", "answer": str(n)}) + "\n"
-                            for n in range(3)))
+    questions = [f"Task {n}: add things." for n in range(3)] + ["Task 3: " + "add things " * 300]  # the last: too long
+    rows.write_text("".join(json.dumps({"id": f"r{n}", "question": q, "answer": str(n)}) + "\n"
+                            for n, q in enumerate(questions)))
     starts = tmp_path / "starts"
     calculator = f"echo start >> {starts}; exec {python} -m rlfactory.tools.servers.calculator"
     config = tmp_path / "calculator.yaml"
@@ -50,11 +51,17 @@ def test_rlfactory_agent_loop_in_verls_agent_loop_worker(tmp_path):
     assert "actor_rollout_ref.rollout.agent.agent_loop_config_path" in result["command_keys"]
     assert result["unknown_command_keys"] == []
 
-    # One calculator MCP server for the worker's 12 trajectories (3 rows x n=2 x 2 batches).
+    # One calculator MCP server for the worker's 16 trajectories (4 rows x n=2 x 2 batches).
     samples = result["samples"]
-    assert len(samples) == 12 and starts.read_text().splitlines() == ["start"]
-    assert result["workers"] == [{"trajectories": 12, "infra_errors": 0}]
-    assert [s["uid"] for s in samples[:6]] == ["u0", "u0", "u1", "u1", "u2", "u2"]  # verl's repeat, interleaved
+    assert len(samples) == 16 and starts.read_text().splitlines() == ["start"]
+    assert result["workers"] == [{"trajectories": 16, "infra_errors": 0}]
+    assert [s["uid"] for s in samples[:8]] == ["u0", "u0", "u1", "u1", "u2", "u2", "u3", "u3"]  # verl's repeat
+    # A prompt longer than verl's prompt_length is not rolled out; verl pads and batches the rest.
+    too_long = [s for s in samples if s["uid"] == "u3"]
+    assert len(too_long) == 4 and all(s["rlfactory_status"] == "truncated" and s["response_ids"] == [] and
+                                      len(s["prompt_ids"]) == result["prompt_length"] for s in too_long)
+    assert "actor_rollout_ref.rollout.prompt_length=1024" in too_long[0]["rlfactory_error"]
+    samples = [s for s in samples if s["uid"] != "u3"]
     turns: dict[str, list] = {}
     for turn in result["turns"]:
         turns.setdefault(turn["request_id"], []).append(turn)
@@ -73,4 +80,5 @@ def test_rlfactory_agent_loop_in_verls_agent_loop_worker(tmp_path):
         model_logprobs = [lp for lp, m in zip(s["rollout_log_probs"], s["response_mask"]) if m]
         assert model_logprobs == pytest.approx([lp for t in served for lp in t["log_probs"]], abs=1e-6)
         assert served[0]["sampling_params"]["logprobs"] is True  # verl's calculate_log_probs, passed on
-    assert all(m["generate_sequences"] > 0 for m in result["metrics"])
+    # verl's per-sample metrics of the last batch: time in the server, none for the prompts not rolled out.
+    assert [m["generate_sequences"] > 0 for m in result["metrics"]] == [True] * 6 + [False] * 2
