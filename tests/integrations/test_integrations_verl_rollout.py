@@ -235,3 +235,21 @@ def test_a_bad_config_names_the_key_and_the_file(tmp_path, tiny, server):
     config = write_config(tmp_path, rollout={"max_new_token": 5})
     with pytest.raises(ConfigError, match=r"rlfactory_verl.yaml[\s\S]*rollout.max_new_token: unknown key"):
         rollout(config, tiny[1], server, [{"question": "Task 0"}])
+
+
+def test_a_tool_server_that_does_not_start_is_tried_once_per_worker(tmp_path, tiny, server):
+    starts = tmp_path / "starts"
+    broken = {"mcpServers": {"calculator": {"command": "sh", "args": ["-c", f"echo start >> {starts}; exit 3"]}}}
+    config = write_config(tmp_path, tools={"mcp": broken, "startup_timeout_s": 5})
+
+    async def main():
+        try:
+            return await asyncio.gather(*(run_batch(config, tiny[1], server, [{"question": "Task 1"}], n=1)
+                                          for _ in range(3)), return_exceptions=True)
+        finally:
+            await close_workers()
+
+    errors = asyncio.run(main())
+    assert starts.read_text().splitlines() == ["start"]  # not once per trajectory
+    assert "calculator" in str(errors[0]) and all(isinstance(e, Exception) for e in errors)
+    assert all("could not start" in str(e) and "calculator" in str(e) for e in errors[1:])

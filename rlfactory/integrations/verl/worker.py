@@ -26,6 +26,10 @@ from rlfactory.tools import ToolRunner
 log = logging.getLogger("rlfactory.integrations.verl")
 
 
+class WorkerStartError(RuntimeError):
+    """This worker's env and tools failed to start earlier; the message says why."""
+
+
 @dataclass
 class VerlWorker:
     """The env, ToolManager and started ToolRunner that a worker's trajectories share."""
@@ -57,6 +61,7 @@ class VerlWorker:
 
 _workers: dict[tuple, VerlWorker] = {}
 _starting: dict[tuple, asyncio.Lock] = {}
+_failed: dict[tuple, str] = {}
 
 
 def worker_key(config_path: str, overrides: Sequence[str], tokenizer: Any) -> tuple:
@@ -68,17 +73,25 @@ def worker_key(config_path: str, overrides: Sequence[str], tokenizer: Any) -> tu
 async def get_worker(config_path: str, overrides: Sequence[str], tokenizer: Any,
                      model_type: str | None = None) -> VerlWorker:
     """The VerlWorker of this process and event loop for (config, overrides, tokenizer), started
-    on first use. Raises ConfigError (naming the key and file) or the runner's ToolStartError
-    when the config cannot be served; nothing is cached then, so the next trajectory tries again."""
+    on first use. Raises what the start raised (ConfigError naming the key and file, the runner's
+    ToolStartError naming the server) for the trajectory that tried; the other trajectories of
+    the worker then get a WorkerStartError at once instead of each trying again (a server that
+    does not start would otherwise cost its startup timeout once per trajectory)."""
     key = worker_key(config_path, overrides, tokenizer)
     worker = _workers.get(key)
     if worker is not None:
         return worker
     lock = _starting.setdefault(key, asyncio.Lock())
     async with lock:
+        if key in _failed:
+            raise WorkerStartError(f"the rlfactory agent loop could not start ({config_path}): {_failed[key]}")
         worker = _workers.get(key)
         if worker is None:
-            worker = await start_worker(config_path, overrides, tokenizer, model_type)
+            try:
+                worker = await start_worker(config_path, overrides, tokenizer, model_type)
+            except Exception as e:
+                _failed[key] = f"{type(e).__name__}: {e}"
+                raise
             _workers[key] = worker
     return worker
 
@@ -117,10 +130,11 @@ def env_reward(env: Any, cfg: VerlAgentConfig, source: str) -> Any:
 
 
 async def close_workers() -> None:
-    """Stop the tools of every worker started on the running event loop."""
+    """Stop the tools of every worker started on the running event loop (and forget its failures)."""
     loop = asyncio.get_running_loop()
-    mine = [k for k, w in _workers.items() if w.loop is loop]
-    for key in mine:
+    for key in [k for k in _failed if k[-1] == id(loop)]:
+        del _failed[key]
+    for key in [k for k, w in _workers.items() if w.loop is loop]:
         worker = _workers.pop(key)
         _starting.pop(key, None)
         await worker.aclose()
