@@ -51,7 +51,8 @@ def test_one_request_id_per_trajectory_and_verl_sampling_plus_the_turn_limits():
     assert [s["request_id"] for s in server.seen] == [gen.request_id] * 2
     assert server.seen[0]["sampling_params"] == {**VERL_SAMPLING, "max_tokens": 50, "stop_token_ids": [0],
                                                  "stop": ["</call>"]}
-    assert server.seen[1]["prompt_ids"] == [1, 2, 3, 104, 105, 0, 9] and server.seen[1]["sampling_params"]["max_tokens"] == 7
+    assert server.seen[1]["prompt_ids"] == [1, 2, 3, 104, 105, 0, 9]
+    assert server.seen[1]["sampling_params"]["max_tokens"] == 7
     assert "stop" not in server.seen[1]["sampling_params"]  # no stop strings: no `stop` key
     assert gen.sampling_params == VERL_SAMPLING  # verl's dict is not changed by the turns
     assert (first.token_ids, first.logprobs, first.finish_reason, first.stop_token) == (

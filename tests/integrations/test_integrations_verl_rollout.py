@@ -7,14 +7,13 @@ inside verl's real AgentLoopWorker: test_integrations_verl_real.py."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from verl_fakes import CALCULATOR, TinyVerlServer
+from verl_fakes import TinyVerlServer
 
 from rlfactory.config import ConfigError
 from rlfactory.envs.base import EnvTools
@@ -206,7 +205,7 @@ def test_a_server_failure_ends_only_its_trajectory_infra_error_and_masked(tmp_pa
     statuses = [o.extra_fields["rlfactory_status"] for o in outs]
     assert sorted(statuses) == ["infra_error", "ok", "ok"]
     failed = outs[statuses.index("infra_error")]
-    assert "ConnectionError: the vLLM server actor died" in failed.extra_fields["rlfactory_error"]
+    assert "at turn 1: ConnectionError: the vLLM server actor died" in failed.extra_fields["rlfactory_error"]
     assert failed.response_ids == [] and failed.response_mask == []
 
 

@@ -25,7 +25,7 @@ it reads max_tokens, stop_token_ids, stop, temperature, top_p, top_k (-1 = off) 
 Behind it: rlfactory's LocalGenerator on the tiny Qwen3 model, steered by ScriptedPolicy so that
 the untrained model makes calculator tool calls (task N adds N and the turn number for N % 3
 turns, then answers). Every returned turn is recorded in `calls`. Used by the tests in this folder
-and, through `python`, by the real-verl check (verl_check.py).
+and by the real-verl check (verl_check.py).
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ from rlfactory.rollout.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
-
-CALCULATOR = {"mcpServers": {"calculator": {"command": "python", "args": ["-m", "rlfactory.tools.servers.calculator"]}}}
 
 
 @dataclass

@@ -40,7 +40,8 @@ def verl_python() -> Path:
         site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    check=True, capture_output=True, text=True).stdout.strip())
         # addsitedir, not a bare path: rlfactory's own editable install is a .pth file there too.
-        (site / "rlfactory_base.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+        base = sysconfig.get_paths()["purelib"]
+        (site / "rlfactory_base.pth").write_text(f"import site; site.addsitedir({base!r})\n")
         pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         for args in ([*pip, "--no-deps", VERL], [*pip, *REQUIREMENTS]):
             done = subprocess.run(args, capture_output=True, text=True)

@@ -55,7 +55,8 @@ class RLFactoryAgentLoop(AgentLoopBase):
         worker = await get_worker(self.rlfactory_config, self.overrides, self.tokenizer, self.hf_model_type)
         rollout = self.config.actor_rollout_ref.rollout
         fields = await rollout_row(worker, self.server_manager, sampling_params, env_row(kwargs),
-                                   prompt_length=int(rollout.prompt_length), response_length=int(rollout.response_length))
+                                   prompt_length=int(rollout.prompt_length),
+                                   response_length=int(rollout.response_length))
         return AgentLoopOutput(**fields.as_kwargs())
 
 

@@ -54,6 +54,7 @@ class VerlGenerator:
         self.request_id = request_id or uuid.uuid4().hex
         self.wants_logprobs = bool(self.sampling_params.get("logprobs"))
         self.calls = 0
+        """generate calls made (the one in flight included)."""
         self.generate_s = 0.0
         self.num_preempted: int | None = None
 
@@ -69,10 +70,10 @@ class VerlGenerator:
         if request.stop_strings:
             params["stop"] = list(request.stop_strings)
         t0 = time.perf_counter()
+        self.calls += 1
         out = await self.server_manager.generate(request_id=self.request_id, prompt_ids=list(request.prompt_ids),
                                                  sampling_params=params)
         seconds = time.perf_counter() - t0
-        self.calls += 1
         self.generate_s += seconds
         preempted = getattr(out, "num_preempted", None)
         if preempted is not None:

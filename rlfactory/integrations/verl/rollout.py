@@ -85,9 +85,10 @@ async def rollout_row(worker: VerlWorker, server_manager: Any, sampling_params: 
                            tokenizer=worker.tokenizer)
     try:
         [traj] = await engine.run([row], 1)
-    except Exception as e:  # the server failed (or was aborted): this trajectory only
-        error = f"verl's server failed: {type(e).__name__}: {e}"
-        log.warning("rlfactory agent loop: trajectory %s ends infra_error: %s", generator.request_id, error)
+    except Exception as e:  # verl's server failed (or aborted the turn): this trajectory only
+        error = f"the rollout failed at turn {generator.calls}: {type(e).__name__}: {e}"
+        log.warning("rlfactory agent loop: trajectory %s ends infra_error: %s", generator.request_id, error,
+                    exc_info=True)
         return failed(worker, prompt_ids, "infra_error", error, generator)
     if traj.segments[0].token_ids != prompt_ids:
         raise RuntimeError(f"env {cfg.env.name!r} rendered two different prompts for one row "
@@ -117,5 +118,7 @@ def failed(worker: VerlWorker, prompt_ids: list[int], status: str, error: str, g
         worker.infra_errors += 1
     traj = Trajectory(id=generator.request_id, group=generator.request_id, status=status, error=error,
                       segments=[Segment("prompt", list(prompt_ids))])
-    return trajectory_fields(traj, generate_s=generator.generate_s, num_preempted=generator.num_preempted,
-                             with_logprobs=generator.wants_logprobs, keep_trajectory=worker.config.keep_trajectory)
+    fields = trajectory_fields(traj, generate_s=generator.generate_s, num_preempted=generator.num_preempted,
+                               with_logprobs=generator.wants_logprobs, keep_trajectory=worker.config.keep_trajectory)
+    fields.extra_fields["rlfactory_request_id"] = generator.request_id
+    return fields
