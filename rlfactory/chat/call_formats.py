@@ -229,6 +229,8 @@ def _json_calls(text: str, start: int, arg_keys: tuple[str, ...], single: bool =
             break
         while pos < len(text) and text[pos] in _SEPARATORS:
             pos += 1
+    if not calls:
+        return f"no JSON tool call where one was expected: {_short(text[start:])!r}"
     trailing = text[pos:]
     return _JsonCalls(calls, (text[:start].strip() + " " + trailing.strip()).strip(), trailing.strip(), trailing)
 
