@@ -22,6 +22,7 @@ _BUILTIN: dict[str, str] = {
     "code": "rlfactory.envs.code:CodeEnv",
     "python": "rlfactory.envs.code:CodeEnv",
     "sql": "rlfactory.envs.sql:SqlEnv",
+    "calculator": "rlfactory.envs.calculator:CalculatorEnv",
 }
 
 
