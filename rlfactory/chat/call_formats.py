@@ -11,23 +11,23 @@ Each format writes calls (`format_calls`) and parses a turn's visible text (`par
 lenient where that costs nothing (a `<tool_call>` block may hold an object or a list; "arguments"
 and "parameters" are both accepted) and never raises: it returns None (no call was attempted: the
 turn is an answer), a `FoundCalls`, or the reason (a str) why the attempted call cannot be run.
-It runs in time linear in the text: tags are found with `str.find`, one left-to-right pass, and
-JSON goes through a bounded decoder (huge integers, NaN, deep nesting become a reason).
+It runs in time linear in the text, on the helpers of rlfactory/chat/parsing.py: tags are paired by
+`find_regions` (one left-to-right pass), JSON goes through the bounded `decode_json` (huge
+integers, NaN, deep nesting and unpaired surrogates become a reason).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rlfactory.chat.parsing import call_from_object
+from rlfactory.chat.parsing import (
+    JsonError, TagPair, call_from_object, decode_json, decode_json_prefix, find_regions, outside_regions,
+)
 from rlfactory.tools.base import ToolCall
-
-MAX_INT_DIGITS = 4300
 
 
 @dataclass
@@ -42,6 +42,8 @@ ParsedCalls = FoundCalls | str | None
 
 class CallFormat(Protocol):
     name: str
+    protect: list[TagPair]
+    """Regions that are never reasoning even when they contain `<think>` (see split_reasoning)."""
 
     def format_calls(self, calls: Sequence[ToolCall]) -> str:
         """The text the model writes for `calls` (no surrounding whitespace)."""
@@ -50,35 +52,6 @@ class CallFormat(Protocol):
     def parse(self, visible: str) -> ParsedCalls:
         """None: no call in `visible`; FoundCalls; or why the attempted call is malformed. Never raises."""
         ...
-
-
-# -- a bounded JSON decoder ------------------------------------------------------------------------
-def decode_json_at(text: str, pos: int) -> tuple[Any, int] | str:
-    """(value, end) of the JSON value starting at `text[pos]`, or the reason it is not one.
-    Never raises: syntax errors, integers over MAX_INT_DIGITS digits, NaN/Infinity and nesting
-    deeper than Python's stack all become a reason."""
-    refused: list[str] = []
-    limit = min(MAX_INT_DIGITS, sys.get_int_max_str_digits() or MAX_INT_DIGITS)
-
-    def parse_int(s: str) -> int:
-        if len(s) - s.startswith("-") > limit:
-            refused.append(f"has a number with more than {limit} digits")
-            return 0
-        return int(s)
-
-    def parse_constant(s: str) -> None:
-        refused.append(f"has {s}, which is not a JSON number")
-
-    decoder = json.JSONDecoder(parse_int=parse_int, parse_constant=parse_constant)
-    try:
-        value, end = decoder.raw_decode(text, pos)
-    except json.JSONDecodeError as e:
-        return f"is not valid JSON ({e.msg} at char {e.pos - pos})"
-    except RecursionError:
-        return "is nested too deeply"
-    except ValueError as e:  # e.g. a float literal too long to convert
-        return f"is not valid JSON ({e})"
-    return refused[0] if refused else (value, end)
 
 
 def _short(text: str, limit: int = 120) -> str:
@@ -106,12 +79,16 @@ def _dumps(value: Any) -> str:
 
 
 # -- formats -------------------------------------------------------------------------------------
+_TOOL_CALL_PAIR = TagPair("<tool_call>", "</tool_call>")
+
+
 class HermesFormat:
     """`<tool_call>{json object}</tool_call>` blocks; `list_body=True` writes one block with a list."""
 
     def __init__(self, list_body: bool = False) -> None:
         self.list_body = list_body
         self.name = "hermes_list" if list_body else "hermes"
+        self.protect = [_TOOL_CALL_PAIR]
 
     def format_calls(self, calls: Sequence[ToolCall]) -> str:
         objs = [{"name": c.name, "arguments": c.arguments} for c in calls]
@@ -120,35 +97,23 @@ class HermesFormat:
         return "\n".join(f"<tool_call>\n{_dumps(o)}\n</tool_call>" for o in objs)
 
     def parse(self, visible: str) -> ParsedCalls:
-        open_tag, close_tag = "<tool_call>", "</tool_call>"
-        start = visible.find(open_tag)
-        if start == -1:
+        blocks = find_regions(visible, [_TOOL_CALL_PAIR])
+        outside = outside_regions(visible, blocks)
+        if "<tool_call>" in outside:
+            return "<tool_call> is not closed with </tool_call>"
+        if not blocks:
             return None
         calls: list[ToolCall] = []
-        outside: list[str] = []
-        pos = 0
-        while start != -1:
-            outside.append(visible[pos:start])
-            body_start = start + len(open_tag)
-            end = visible.find(close_tag, body_start)
-            if end == -1:
-                return f"a <tool_call> without </tool_call>: {_short(visible[start:])!r}"
-            body = visible[body_start:end]
-            decoded = decode_json_at(body, len(body) - len(body.lstrip()))
-            if isinstance(decoded, str):
-                return f"the tool call {decoded}: {_short(body.strip())!r}"
-            value, stop = decoded
-            if body[stop:].strip():
-                return f"text after the JSON inside <tool_call>: {_short(body[stop:].strip())!r}"
-            found = _calls_of(value, ("arguments", "parameters"))
+        for block in blocks:
+            body = visible[block.body_start: block.body_end]
+            decoded = decode_json(body)
+            if isinstance(decoded, JsonError):
+                return f"the tool call {decoded.reason}: {_short(body.strip())!r}"
+            found = _calls_of(decoded.value, ("arguments", "parameters"))
             if isinstance(found, str):
                 return found
             calls.extend(found)
-            pos = end + len(close_tag)
-            start = visible.find(open_tag, pos)
-        trailing = visible[pos:]
-        outside.append(trailing)
-        return FoundCalls(calls, "".join(outside).strip(), trailing.strip())
+        return FoundCalls(calls, outside.strip(), visible[blocks[-1].end:].strip())
 
 
 # A JSON call object starts here: `{"name":`, `{"function":`, `[{"name":` (keys in any order are
@@ -162,6 +127,7 @@ class Llama3JsonFormat:
     optionally after `<|python_tag|>`."""
 
     name = "llama3_json"
+    protect: list[TagPair] = []
 
     def format_calls(self, calls: Sequence[ToolCall]) -> str:
         return "\n".join(_dumps({"name": c.name, "parameters": c.arguments}) for c in calls)
@@ -179,6 +145,7 @@ class MistralFormat:
 
     name = "mistral"
     marker = "[TOOL_CALLS]"
+    protect = [TagPair("[TOOL_CALLS]")]  # from the marker on, the text is calls
 
     def format_calls(self, calls: Sequence[ToolCall]) -> str:
         objs = [{"name": c.name, "arguments": c.arguments} | ({"id": c.id} if c.id else {}) for c in calls]
@@ -217,10 +184,10 @@ def _json_calls(text: str, start: int, arg_keys: tuple[str, ...], single: bool =
     calls: list[ToolCall] = []
     pos = start
     while pos < len(text) and text[pos] in "[{":
-        decoded = decode_json_at(text, pos)
-        if isinstance(decoded, str):
-            return f"the tool call {decoded}: {_short(text[pos:])!r}"
-        value, pos = decoded
+        decoded = decode_json_prefix(text, pos)
+        if isinstance(decoded, JsonError):
+            return f"the tool call {decoded.reason}: {_short(text[pos:])!r}"
+        value, pos = decoded.value, decoded.end
         found = _calls_of(value, arg_keys)
         if isinstance(found, str):
             return found

@@ -128,7 +128,7 @@ class TemplateToolManager:
     def parse(self, text: str, known_tools: Collection[str] | None = None) -> ParseResult:
         if self.end_of_turn and text.endswith(self.end_of_turn):
             text = text[: -len(self.end_of_turn)]
-        _, visible = split_reasoning(text) if "think>" in text else ("", text)
+        _, visible = split_reasoning(text, protect=self.call_format.protect)
         found = self.call_format.parse(visible)
         if found is None:
             return Answer(answer_text(visible))

@@ -43,9 +43,9 @@ def test_written_calls_parse_back(cs):
 
 @pytest.mark.parametrize("name, text, reason", [
     ("hermes", "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": " + "9" * 6000 + "}}</tool_call>", "digits"),
-    ("hermes", "<tool_call>" + "[" * 50_000 + "</tool_call>", "nested too deeply"),
+    ("hermes", "<tool_call>" + "[" * 50_000 + "</tool_call>", "nested deeper than"),
     ("hermes", '<tool_call>{"name": "f", "arguments": {"x": NaN}}</tool_call>', "NaN"),
-    ("hermes", "<tool_call>" * 20_000, "without </tool_call>"),
+    ("hermes", "<tool_call>" * 20_000, "not closed with </tool_call>"),
     ("hermes_list", "<tool_call>[]</tool_call>", "empty list"),
     ("llama3_json", '{"name": "f", "parameters": [1, 2]}', "must be a JSON object"),
     ("mistral", "[TOOL_CALLS][" + "{" * 40_000, "not valid JSON"),
