@@ -46,8 +46,12 @@ def tool_manager_for(model_cfg: ModelConfig, tokenizer: Any, model: Any = None, 
                 "model_name": model_cfg.path}
     elif model_cfg.call_format != "auto":
         raise ValueError(f"model.call_format applies to the template family only (model.family is {family})")
-    elif family == "qwen3" and "enable_thinking" in model_cfg.chat_template_kwargs:
-        opts = {"enable_thinking": model_cfg.chat_template_kwargs["enable_thinking"]}
+    elif family == "qwen3" and set(model_cfg.chat_template_kwargs) <= {"enable_thinking"}:
+        if model_cfg.chat_template_kwargs:
+            opts = {"enable_thinking": model_cfg.chat_template_kwargs["enable_thinking"]}
+    elif model_cfg.chat_template_kwargs:
+        raise ValueError(f"model.chat_template_kwargs applies to the template family (and enable_thinking to "
+                         f"qwen3); model.family is {family}")
     return make_tool_manager(tokenizer, family, model_type, **opts)
 
 

@@ -58,3 +58,21 @@ def test_dtype_and_attention_kernel_are_applied():
     assert not model.training and tokenizer.chat_template
     model, _ = load_model(ModelConfig(path="tiny:1m"), "cpu")
     assert next(model.parameters()).dtype == torch.float32 and model.config._attn_implementation == "sdpa"
+
+
+def test_template_options_only_go_to_families_that_take_them():
+    from transformers import AutoTokenizer
+
+    from rlfactory.chat import Qwen3ToolManager, TemplateToolManager
+    from rlfactory.rollout.build import tool_manager_for
+    from rlfactory.tiny import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny:1m"))
+    m = tool_manager_for(ModelConfig(family="template", call_format="mistral"), tok)
+    assert isinstance(m, TemplateToolManager) and m.call_format.name == "mistral"
+    q = tool_manager_for(ModelConfig(chat_template_kwargs={"enable_thinking": False}), tok)
+    assert isinstance(q, Qwen3ToolManager) and q.enable_thinking is False
+    with pytest.raises(ValueError, match="model.call_format applies to the template family only"):
+        tool_manager_for(ModelConfig(family="llama3", call_format="hermes"), tok)
+    with pytest.raises(ValueError, match="model.chat_template_kwargs applies to the template family"):
+        tool_manager_for(ModelConfig(family="searchr1", chat_template_kwargs={"x": 1}), tok)
