@@ -37,7 +37,7 @@ from rlfactory.train.batch import collate
 from rlfactory.train.checkpoint import CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from rlfactory.train.config import RunConfig
 from rlfactory.train.critic import Critic
-from rlfactory.train.data import PromptSampler, derive_seed, seed_everything, step_generator
+from rlfactory.train.data import PromptSampler, derive_seed, pin_threads, seed_everything, step_generator
 from rlfactory.train.evaluate import evaluate
 from rlfactory.train.logprobs import batched_logprobs
 from rlfactory.train.metrics import logprob_mismatch, tensor_stats, trajectory_metrics
@@ -309,6 +309,7 @@ async def train(cfg: RunConfig, resume: bool = False) -> list[dict[str, float]]:
     from rlfactory.rewards import build_reward
     from rlfactory.rollout.build import open_rollout
 
+    pin_threads()
     run_dir, ckpt = prepare_run_dir(cfg, resume)
     if resume and ckpt is None:
         print(f"rlfactory train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)

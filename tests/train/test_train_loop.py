@@ -84,6 +84,9 @@ def test_train_writes_the_run_dir_and_eval_reports(tmp_path, capsys):
 
 
 def test_resume_after_sigkill_mid_step_matches_an_uninterrupted_run(tmp_path, capsys):
+    # As in a full test session, this process has called torch.set_num_threads before (other
+    # tests do); the killed run below is a fresh process that has not. Their numbers must agree.
+    torch.set_num_threads(torch.get_num_threads())
     steps = {"steps": 2, "save_every": 1}
     full = run_config(tmp_path, "full", trainer=steps)
     assert main(["train", full]) == 0
