@@ -180,7 +180,7 @@ def warm_start(out: Path, calls: int, latency: float, steps: int, lr: float = 3e
 
 def run_rlfactory(model_dir: str, tools: bool, a: argparse.Namespace, work: Path) -> dict:
     from rlfactory.config import validate
-    from rlfactory.rollout.trajectory import read_jsonl
+    from rlfactory.trajectory import read_jsonl
     from rlfactory.train.config import RunConfig
     from rlfactory.train.loop import train
 

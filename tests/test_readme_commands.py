@@ -87,7 +87,7 @@ def test_demo_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys):
 
 
 def test_custom_env_from_one_file_rolls_out_warm_starts_and_trains(tmp_path, capsys):
-    from rlfactory.rollout.trajectory import read_jsonl
+    from rlfactory.trajectory import read_jsonl
 
     cfg = str(EX / "custom_env" / "capitals.yaml")
     out = tmp_path / "capitals.jsonl"

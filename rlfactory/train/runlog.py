@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlfactory.rollout.trajectory import Trajectory, write_jsonl
+from rlfactory.trajectory import Trajectory, write_jsonl
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlfactory.rollout.trajectory import Segment, Trajectory
+from rlfactory.trajectory import Segment, Trajectory
 
 VOCAB = 64
 
