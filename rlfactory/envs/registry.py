@@ -10,7 +10,7 @@ import importlib
 import inspect
 from typing import Any, Callable, TypeVar
 
-from rlfactory.envs.base import Env
+from rlfactory.envs.base import Env, missing_members
 
 E = TypeVar("E", bound=type)
 
@@ -78,10 +78,17 @@ def registered_envs() -> list[str]:
 def make_env(name_or_spec: str | type, **options: Any) -> Env:
     """Build an env from a registered name, `module:Class` or a class; `options` go to its constructor."""
     cls = env_class(name_or_spec)
-    env = cls(**options)
-    for attr in ("reset", "tools", "step", "reward", "load_split"):
-        if not callable(getattr(env, attr, None)):
-            raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) does not implement `{attr}`")
+    try:
+        env = cls(**options)
+    except TypeError as e:
+        if not options:
+            raise
+        raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) cannot be built with option(s) "
+                        f"{', '.join(sorted(options))}: {e}") from e
+    missing = missing_members(env)
+    if missing:
+        hint = "" if Env in cls.__mro__ else " (subclass rlfactory.envs.Env to inherit the defaults)"
+        raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) does not implement {', '.join(missing)}{hint}")
     return env
 
 

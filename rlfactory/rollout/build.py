@@ -147,5 +147,5 @@ async def open_rollout(
             await generator.aclose()
         else:
             generator.close()
-        if own_env and callable(getattr(env, "close", None)):
+        if own_env:
             env.close()
