@@ -29,10 +29,11 @@ from rlfactory.algos.advantages import (
     outcome_to_token_rewards,
 )
 from rlfactory.config import dump_config
-from rlfactory.rewards.base import score_all
+from rlfactory.envs.base import Env
+from rlfactory.rewards.base import Reward, score_all
 from rlfactory.rollout.build import pad_id_of
-from rlfactory.rollout.trajectory import Trajectory
 from rlfactory.train.annotate import annotate_trajectories
+from rlfactory.trajectory import Trajectory
 from rlfactory.train.batch import collate
 from rlfactory.train.checkpoint import CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from rlfactory.train.config import RunConfig
@@ -114,7 +115,7 @@ class Trainer:
         t_score = time.perf_counter() - t0 - t_gen
 
         metrics = trajectory_metrics(trajs)
-        rewards, groups, valid = _reward_tensors(trajs, algo.group_size)
+        rewards, groups, valid = _reward_tensors(trajs)
         has_tokens = torch.tensor([any(t.loss_mask) for t in trajs], dtype=torch.bool)
         keep = valid & has_tokens
         if algo.dynamic_sampling:
@@ -251,14 +252,15 @@ class Trainer:
         self.policy.eval()
 
 
-def _reward_tensors(trajs: list[Trajectory], group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _reward_tensors(trajs: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """rewards [B] float (0 where unscored), groups [B] long, valid [B] bool.
 
-    The engine returns n trajectories per row, row-major; the group is the row's position in
-    the step (not its id, which may repeat when a step wraps around the dataset).
+    groups[b] numbers `trajs[b].group` (the engine's group: one per row of the step, unique even
+    when a step wraps around the dataset and meets a row again).
     """
     rewards = torch.tensor([t.reward if t.reward is not None else 0.0 for t in trajs], dtype=torch.float32)
-    groups = torch.arange(len(trajs), dtype=torch.long) // max(group_size, 1)
+    numbers: dict[str, int] = {}
+    groups = torch.tensor([numbers.setdefault(t.group, len(numbers)) for t in trajs], dtype=torch.long)
     valid = torch.tensor([t.reward is not None for t in trajs], dtype=torch.bool)
     return rewards, groups, valid
 
@@ -287,15 +289,15 @@ def tools_by_name(session: Any) -> dict[str, Any]:
     return session.runner.tools()
 
 
-def env_reward(env: Any) -> Any:
+def env_reward(env: Env) -> Reward | None:
     """The env's own reward, or None when it has none (then `reward:` must be configured)."""
     try:
         return env.reward()
-    except NotImplementedError:
+    except NotImplementedError:  # envs written against the old base class raised for "none"
         return None
 
 
-def load_env_data(env: Any, split: str) -> list[dict]:
+def load_env_data(env: Env, split: str) -> list[dict]:
     try:
         return list(env.load_split(split))
     except (NotImplementedError, KeyError, FileNotFoundError, ValueError):
