@@ -188,3 +188,39 @@ def test_infra_error_trajectories_are_left_out_of_baseline_and_loss(tmp_path):
     assert data.advantages[0].item() == 0.0
     assert data.advantages[1].item() == -data.advantages[2].item() < 0
     assert metrics["optim/grad_norm"] > 0
+
+
+CUSTOM_ALGOS = '''
+from rlfactory.algos import grpo_advantages, ppo_clip_loss, register_policy_loss
+
+CALLS = {"advantage": 0, "loss": 0}
+
+
+def centred(rewards, groups, valid):
+    CALLS["advantage"] += 1
+    return grpo_advantages(rewards, groups, valid, norm_by_std=False)
+
+
+@register_policy_loss("test-half-ppo")
+def half_ppo(*args, **kwargs):
+    CALLS["loss"] += 1
+    loss, metrics = ppo_clip_loss(*args, **kwargs)
+    return loss / 2, metrics
+'''
+
+
+def test_a_users_advantage_and_loss_are_named_in_the_yaml(tmp_path, capsys):
+    (tmp_path / "algos_of_a_user.py").write_text(CUSTOM_ALGOS)
+    cfg_path = run_config(tmp_path, algo={"advantage": "algos_of_a_user:centred", "loss": "algos_of_a_user:test-half-ppo"},
+                          trainer={"steps": 1})
+    assert main(["train", cfg_path]) == 0
+    import algos_of_a_user
+
+    (rec,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert algos_of_a_user.CALLS["advantage"] == 1 and algos_of_a_user.CALLS["loss"] >= (rec["batch/kept"] > 0)
+
+    bad = run_config(tmp_path, "bad", algo={"advantage": "grpo_typo"})
+    capsys.readouterr()
+    assert main(["train", bad]) == 2
+    err = capsys.readouterr().err
+    assert "algo.advantage" in err and "unknown advantage estimator 'grpo_typo'" in err and "rloo" in err
