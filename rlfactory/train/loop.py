@@ -188,9 +188,15 @@ class Trainer:
     # ---- the run ----------------------------------------------------------------------------
 
     async def run(self, log: RunLog) -> list[dict[str, float]]:
-        """Steps from the last completed one to trainer.steps, with logging, checkpoints, evals."""
+        """Steps from the last completed one to trainer.steps, with logging, checkpoints, evals.
+
+        Resumed at a step whose evaluation was due but never logged (the run was killed during
+        it, after the step's checkpoint was written), that evaluation runs first.
+        """
         tr = self.cfg.trainer
         history = []
+        if self._eval_due(self.step_done) and not log.has_eval(self.step_done):
+            await self._evaluate_and_log(log)
         bar = _progress(tr.steps, self.step_done, enabled=tr.progress)
         try:
             for step in range(self.step_done + 1, tr.steps + 1):
@@ -201,9 +207,8 @@ class Trainer:
                 history.append(metrics)
                 if step == tr.steps or (tr.save_every > 0 and step % tr.save_every == 0):
                     self.save()
-                if tr.eval_every > 0 and step % tr.eval_every == 0 and self.test_rows:
-                    report = await self.evaluate()
-                    log.log(step, report["averages"], kind="eval")
+                if self._eval_due(step):
+                    await self._evaluate_and_log(log)
                 if bar is not None:
                     bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['accuracy']:.2f}",
                                     tok_s=f"{metrics['perf/gen_tokens_per_s']:.0f}", refresh=False)
@@ -212,6 +217,14 @@ class Trainer:
             if bar is not None:
                 bar.close()
         return history
+
+    def _eval_due(self, step: int) -> bool:
+        every = self.cfg.trainer.eval_every
+        return every > 0 and step > 0 and step % every == 0 and bool(self.test_rows)
+
+    async def _evaluate_and_log(self, log: RunLog) -> None:
+        report = await self.evaluate()
+        log.log(self.step_done, report["averages"], kind="eval")
 
     async def evaluate(self) -> dict[str, Any]:
         tr = self.cfg.trainer

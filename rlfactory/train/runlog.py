@@ -78,6 +78,10 @@ class RunLog:
                     self._tb.add_scalar(prefix + k, v, step)
             self._tb.flush()
 
+    def has_eval(self, step: int) -> bool:
+        """Whether eval.jsonl holds an evaluation of `step`."""
+        return any(int(r.get("step", -1)) == step for r in read_metrics(self.eval_path))
+
     def trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
         self.traj_dir.mkdir(exist_ok=True)
         write_jsonl(self.traj_dir / f"step_{step:06d}.jsonl", list(trajectories), mode="w")

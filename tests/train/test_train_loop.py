@@ -115,6 +115,35 @@ def test_resume_after_sigkill_mid_step_matches_an_uninterrupted_run(tmp_path, ca
         "step_000001.jsonl", "step_000002.jsonl"]
 
 
+def test_an_evaluation_cut_short_by_a_kill_is_redone_on_resume(tmp_path, capsys):
+    sections = {"trainer": {"steps": 2, "save_every": 1, "eval_every": 1, "eval_limit": 2},
+                "reward": {"terms": {"train_fixtures:low_ids": 1.0, "train_fixtures:blocks_in_eval": 1.0}}}
+    full = run_config(tmp_path, "full", **sections)
+    assert main(["train", full]) == 0
+    expected = _deterministic(read_metrics(tmp_path / "full" / "eval.jsonl"))
+    assert [r["step"] for r in expected] == [1, 2]
+
+    cut = run_config(tmp_path, "cut", **sections)
+    marker = tmp_path / "evaluating"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+           "RLF_TEST_BLOCK_EVAL": str(marker)}
+    proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "train", cut], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    os.kill(proc.pid, signal.SIGKILL)  # in the middle of step 1's evaluation
+    proc.wait()
+    assert (tmp_path / "cut" / "checkpoints" / "step_000001" / "meta.json").is_file()
+    assert read_metrics(tmp_path / "cut" / "eval.jsonl") == []
+
+    assert main(["train", cut, "--resume"]) == 0
+    assert _deterministic(read_metrics(tmp_path / "cut" / "eval.jsonl")) == expected
+    assert _deterministic(read_metrics(tmp_path / "cut" / "metrics.jsonl")) == _deterministic(
+        read_metrics(tmp_path / "full" / "metrics.jsonl"))
+
+
 @pytest.mark.parametrize("variant", ["rloo_gspo_kl_bf16", "gae_epochs", "lora_kl"])
 def test_algorithm_variants_train(tmp_path, variant):
     sections = {
