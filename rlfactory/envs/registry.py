@@ -108,9 +108,17 @@ def env_from_config(cfg: Any, **extra: Any) -> Env:
 
 
 def _accepts(cls: type, key: str) -> bool:
-    """Whether `cls(**{key: ...})` is allowed (a named parameter or **kwargs)."""
+    """Whether `cls(**{key: ...})` is allowed (a named parameter or **kwargs). A class without an
+    `__init__` of its own (an Env subclass that only overrides methods) takes no options."""
+    init = next((b.__dict__["__init__"] for b in cls.__mro__
+                 if "__init__" in b.__dict__ and b.__dict__["__init__"] is not _PROTOCOL_INIT), object.__init__)
+    if init is object.__init__:
+        return False
     try:
-        params = inspect.signature(cls).parameters.values()
+        params = inspect.signature(init).parameters.values()
     except (TypeError, ValueError):
         return True
     return any(p.kind == p.VAR_KEYWORD or p.name == key for p in params)
+
+
+_PROTOCOL_INIT = Env.__dict__.get("__init__")  # what typing puts on a Protocol: not an __init__ of the env's
