@@ -43,7 +43,7 @@ from rlfactory.envs.base import Env
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.generator import GenerationUnavailable, GenRequest, GenResult, Generator
 from rlfactory.tools.base import MALFORMED, OK, ToolCall, ToolResult
-from rlfactory.trajectory import Segment, Status, ToolCallRecord, Trajectory
+from rlfactory.trajectory import STATUSES, Segment, Status, ToolCallRecord, Trajectory
 
 TRUNCATION_MARK = " [truncated]"
 PARSE_INLINE_CHARS = 2048
@@ -90,9 +90,11 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
 
     `index` orders this trajectory among the others of its run (the lock-step barrier releases in
     that order); `session` names its KV cache in the generator (kept between its turns). Returns
-    `traj`, filled in: segments, tool calls, turns, status, error, metrics. Never raises for the
-    trajectory's own failures (they become its status, GenerationUnavailable included); any
-    other generator failure propagates.
+    `traj`, filled in: segments, tool calls, turns, status, error, and metrics: gen_s, queue_s
+    (the generator's GenResult timings, summed over turns), tool_s (waiting for tools, barrier
+    included), gen_tokens, obs_tokens, wall_s (this trajectory's own start to end). Never raises
+    for the trajectory's own failures (they become its status, GenerationUnavailable included);
+    any other generator failure, or an env hook returning something that is not a status, propagates.
     """
     t0 = time.perf_counter()
     rollout, tm = setup.rollout, setup.tool_manager
@@ -134,6 +136,9 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
             # 4. Stop rules: the env's hook, an answer, the last allowed turn.
             status = setup.env.end_episode(traj, parsed)
             if status is not None:
+                if status not in STATUSES:
+                    raise ValueError(f"env {setup.env.name!r}: end_episode returned {status!r}; "
+                                     f"expected None or one of {', '.join(STATUSES)}")
                 return _end(traj, status)
             if isinstance(parsed, Answer) or (isinstance(parsed, ToolCalls) and not parsed.calls):
                 return _end(traj, "ok")
