@@ -125,7 +125,7 @@ def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Names
     from rlfactory.rollout.config import SamplingConfig
     from rlfactory.rollout.generator import GenRequest
     from rlfactory.rollout.local import LocalGenerator
-    from rlfactory.rollout.trajectory import Segment, Trajectory
+    from rlfactory.trajectory import Segment, Trajectory
     from rlfactory.train.batch import collate
     from rlfactory.train.config import AlgoConfig, TrainerConfig
     from rlfactory.train.model import make_optimizer, make_scheduler

@@ -8,7 +8,7 @@ import numpy as np
 
 from rlfactory.integrations.verl.output import trajectory_fields
 from rlfactory.integrations.verl.rollout import env_row
-from rlfactory.rollout.trajectory import Segment, ToolCallRecord, Trajectory
+from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory
 
 
 def traj(status="ok") -> Trajectory:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from verl_venv import ROOT, verl_python
 
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 
 HERE = Path(__file__).resolve().parent
 

@@ -21,7 +21,7 @@ from rlfactory.integrations.verl.rollout import rollout_row
 from rlfactory.integrations.verl.worker import close_workers, get_worker
 from rlfactory.rewards.base import RewardScore
 from rlfactory.rollout.prompt_env import PromptEnv
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 from rlfactory.tiny import resolve_model
 from rlfactory.tools.base import ToolResult
 

@@ -19,7 +19,7 @@ from rlfactory.integrations.verl.output import AgentLoopFields, trajectory_field
 from rlfactory.integrations.verl.worker import VerlWorker
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
-from rlfactory.rollout.trajectory import Segment, Trajectory
+from rlfactory.trajectory import Segment, Trajectory
 
 log = logging.getLogger("rlfactory.integrations.verl")
 
