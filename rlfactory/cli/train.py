@@ -25,8 +25,13 @@ def run(args: argparse.Namespace) -> int:
     from rlfactory.train.loop import train
 
     cfg = load_run_config(args.config, args.overrides)
+    open_session = None
+    if cfg.trainer.backend == "ray":
+        from rlfactory.distributed import open_ray_rollout
+
+        open_session = open_ray_rollout
     try:
-        history = asyncio.run(train(cfg, resume=args.resume))
+        history = asyncio.run(train(cfg, resume=args.resume, open_session=open_session))
     except FileExistsError as e:
         print(f"rlfactory train: {e}", file=sys.stderr)
         return 2
