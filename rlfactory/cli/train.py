@@ -27,8 +27,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.overrides)
     open_session = None
     if cfg.trainer.backend == "ray":
-        from rlfactory.distributed import open_ray_rollout
+        from rlfactory.distributed import open_ray_rollout, require_ray
 
+        try:
+            require_ray()
+        except ImportError as e:
+            print(f"rlfactory train: {e}", file=sys.stderr)
+            return 2
         open_session = open_ray_rollout
     try:
         history = asyncio.run(train(cfg, resume=args.resume, open_session=open_session))

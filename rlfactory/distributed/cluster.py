@@ -41,3 +41,31 @@ def actor_died_errors() -> tuple[type[BaseException], ...]:
     from ray.exceptions import ActorUnavailableError, RayActorError
 
     return (RayActorError, ActorUnavailableError)
+
+
+async def end_actors(actors: list[Any], timeout_s: float = 30.0) -> None:
+    """End each actor (`ray.kill`, no restart) and wait, up to timeout_s, until Ray reports it
+    dead, so that its process is gone before the caller goes on (or disconnects)."""
+    import asyncio
+    import time
+
+    import ray
+
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # already gone
+            pass
+    deadline = time.monotonic() + timeout_s
+
+    async def dead(actor: Any) -> None:
+        while time.monotonic() < deadline:
+            try:
+                await asyncio.wait_for(actor.__ray_ready__.remote(), max(0.1, deadline - time.monotonic()))
+            except actor_died_errors():
+                return
+            except Exception:  # timed out, or any other answer than "dead": give up waiting
+                return
+            await asyncio.sleep(0.05)
+
+    await asyncio.gather(*(dead(a) for a in actors))

@@ -179,14 +179,10 @@ def start_pools(count: int, sys_path: list[str]) -> list[Any]:
 
 async def close_pools(pools: list[Any], timeout_s: float = 30.0) -> None:
     """Stop the pools' servers politely, then end the actors."""
-    import ray
+    from rlfactory.distributed.cluster import end_actors
 
     try:
         await asyncio.wait_for(asyncio.gather(*(p.close.remote() for p in pools), return_exceptions=True), timeout_s)
     except TimeoutError:
         pass
-    for p in pools:
-        try:
-            ray.kill(p, no_restart=True)
-        except Exception:  # already gone
-            pass
+    await end_actors(pools)

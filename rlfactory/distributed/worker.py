@@ -93,8 +93,10 @@ class RolloutWorker:
         engine.sampling = sampling
         return await engine.run(rows, n, policy_version=self.version, seeds=seeds)
 
-    def pid(self) -> int:
-        return os.getpid()
+    def stats(self) -> dict[str, Any]:
+        """{"pid", "version", "generator": the generator's counters (decode steps, busy seconds, ...)}."""
+        gen = dict(getattr(self.session.generator, "stats", {}) or {}) if self.session is not None else {}
+        return {"pid": os.getpid(), "version": self.version, "generator": gen}
 
     async def close(self) -> None:
         await self._stack.aclose()

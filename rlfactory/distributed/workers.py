@@ -12,7 +12,7 @@ import asyncio
 import sys
 from typing import Any
 
-from rlfactory.distributed.cluster import actor_died_errors
+from rlfactory.distributed.cluster import actor_died_errors, end_actors
 from rlfactory.distributed.worker import RolloutWorker
 
 
@@ -77,8 +77,7 @@ class WorkerSet:
             await asyncio.wait_for(asyncio.gather(*(a.close.remote() for a in live), return_exceptions=True), timeout_s)
         except TimeoutError:
             pass
-        for a in live:
-            _kill(a)
+        await end_actors(live)
         self.actors = [None] * self.count
 
     # ---- starting ---------------------------------------------------------------------------

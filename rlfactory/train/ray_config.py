@@ -11,8 +11,9 @@ from rlfactory.config import ConfigPath, Section
 
 
 class RayConfig(Section):
-    """Ray placement for `trainer.backend: ray`. The learner runs in the driver (the `rlfactory
-    train` process); rollout workers are Ray actors, each with its own copy of the policy for
+    """Ray placement for `trainer.backend: ray`: the cluster, the rollout workers, the tool pools.
+
+    The learner runs in the driver (the `rlfactory train` process); rollout workers are Ray actors, each with its own copy of the policy for
     generation and its own ToolRunner; the MCP servers of `tools.mcp` and of the env run in
     tool-pool actors that every worker calls through. After each update the driver puts the new
     weights in Ray's object store once and every worker loads them, with the policy version."""
