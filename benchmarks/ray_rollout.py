@@ -15,13 +15,20 @@ Configurations, each built by the code a run uses:
                N worker actors (each its own LocalGenerator on its own model copy, its own
                ToolRunner), the server in the pool actor, every call a Ray actor call to it.
 
-Figures, all measured in this run (the fastest of --rounds runs of each configuration):
-  wall seconds and the ratio to in-process (> 1: faster); the overhead per trajectory,
-  (wall - in-process wall) / trajectories; the per-call cost of the pool hop, the mean of
-  (latency through the pool - in-process latency) over the same successful calls (a call's latency
-  is a pure function of its query, so the difference is the transport); each worker's generation
-  busy seconds (the part more workers spread over more cores); the time to start the workers and
-  to push the weights once.
+Figures, all measured in this run:
+  wall     seconds to roll out the 256 trajectories, and in-process wall / this wall (> 1: faster).
+  Ray overhead per trajectory: (driver wall - the slowest worker's own seconds in its engine) /
+           trajectories: what the Ray path adds around the engines (splitting the rows, the actor
+           calls, moving rows and trajectories through the object store).
+  extra tool latency: mean over the calls that succeeded in both runs of (latency seen by the
+           trajectory here - in process); a call's latency is a pure function of its query, so
+           this is the pool hop plus any event-loop lag of the processes involved.
+  pool hop per call: separately, 200 sequential calls of a no-op MCP tool (rlfactory's echo
+           server) from this process through a tool-pool actor vs the same calls in process
+           (mean of each, best of 3 interleaved rounds): the transport alone.
+  gen busy s per worker: each generator's seconds in forward passes (the part that more workers
+           spread over more cores); start s: starting the workers and the pool; push s: one
+           weight push through the object store.
 
 On 2 cores this workload is tool-bound: the in-process engine already finishes at its critical
 path (a trajectory that meets a 30 s hang plus its own generation), so more workers cannot
@@ -115,12 +122,40 @@ async def on_ray(args: argparse.Namespace, hangs: str, workers: int) -> dict[str
         push = time.perf_counter() - t1
         await timed(session.engine, rows(args.warmup, first=10_000))
         before = [await a.stats.remote() for a in session.workers.actors]
-        runs = [await timed(session.engine, rows(args.trajectories)) for _ in range(args.rounds)]
+        runs, inside = [], []
+        for _ in range(args.rounds):
+            runs.append(await timed(session.engine, rows(args.trajectories)))
+            inside.append(max([(await a.stats.remote())["last_rollout_s"] for a in session.workers.actors]))
         after = [await a.stats.remote() for a in session.workers.actors]
     busy = [(b["generator"]["busy_s"] - a["generator"]["busy_s"]) / args.rounds for a, b in zip(before, after)]
-    trajs, wall = min(runs, key=lambda r: r[1])
+    best = min(range(args.rounds), key=lambda i: runs[i][1])
+    trajs, wall = runs[best]
     return {"trajs": trajs, "wall": wall, "walls": [w for _, w in runs], "gen_busy": busy, "start_s": started,
-            "push_s": push}
+            "push_s": push, "engine_s": inside[best]}
+
+
+async def pool_hop(calls: int = 200, rounds: int = 3) -> tuple[float, float]:
+    """Mean seconds per sequential no-op MCP call (in process, through a tool-pool actor), best of rounds."""
+    from rlfactory.distributed.tool_pool import close_pools, pool_connector, start_pools
+    from rlfactory.tools import ToolRunner
+    from rlfactory.tools.base import ToolCall
+    from rlfactory.tools.config import ToolsConfig
+
+    cfg = ToolsConfig(mcp={"mcpServers": {"echo": {"command": sys.executable, "args": ["-m", "rlfactory.tools.servers.echo"]}}})
+    pools = start_pools(1, list(sys.path))
+    best = {"local": float("inf"), "pool": float("inf")}
+    try:
+        async with ToolRunner.from_config(cfg) as local, ToolRunner.from_config(cfg, connect_server=pool_connector(pools[0])) as pooled:
+            for _ in range(rounds):
+                for name, runner in (("local", local), ("pool", pooled)):
+                    t0 = time.perf_counter()
+                    for i in range(calls):
+                        res = await runner.call(ToolCall("echo", {"text": f"x{i}"}))
+                        assert res.status == "ok", res
+                    best[name] = min(best[name], (time.perf_counter() - t0) / calls)
+    finally:
+        await close_pools(pools)
+    return best["local"], best["pool"]
 
 
 def call_overhead(base: list, other: list) -> tuple[float, int]:
@@ -143,15 +178,17 @@ async def main_async(args: argparse.Namespace) -> int:
         for n in args.workers:
             print(f"Ray, {n} worker(s) ...", flush=True)
             results[f"Ray, {n} worker(s)"] = await on_ray(args, hangs, n)
+        print("pool hop ...", flush=True)
+        hop = await pool_hop()
     finally:
         if ray.is_initialized():
             ray.shutdown()
         Path(hangs).unlink(missing_ok=True)
-    report(args, results)
+    report(args, results, hop)
     return 0
 
 
-def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None:
+def report(args: argparse.Namespace, results: dict[str, dict[str, Any]], hop: tuple[float, float]) -> None:
     base = results["in-process"]
     for r in results.values():
         check_same_calls(base["trajs"], r["trajs"])
@@ -162,16 +199,19 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
           f"({timeouts} timed out)")
     print("load average (1, 5, 15 min) after the runs: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     print()
-    print(f"{'configuration':<20} {'wall s':>7} {'vs in-process':>13} {'overhead/traj':>13} {'pool hop/call':>13} "
-          f"{'gen busy s per worker':<28} {'start s':>7} {'push s':>7}  all walls")
+    print(f"{'configuration':<20} {'wall s':>7} {'vs in-process':>13} {'Ray overhead/traj':>17} {'extra tool latency':>18} "
+          f"{'gen busy s per worker':<28} {'start s':>7} {'push s':>7}")
     for name, r in results.items():
         ratio = base["wall"] / r["wall"]
-        per_traj = (r["wall"] - base["wall"]) / len(r["trajs"])
-        hop, n = call_overhead(base["trajs"], r["trajs"])
+        overhead = f"{1000 * (r['wall'] - r['engine_s']) / len(r['trajs']):.2f} ms" if "engine_s" in r else "-"
+        extra, _ = call_overhead(base["trajs"], r["trajs"])
         busy = " ".join(f"{b:.2f}" for b in r["gen_busy"])
-        print(f"{name:<20} {r['wall']:>7.2f} {ratio:>12.2f}x {1000 * per_traj:>10.1f} ms {1000 * hop:>10.2f} ms "
-              f"{busy:<28} {r.get('start_s', 0):>7.1f} {r.get('push_s', 0):>7.2f}  "
-              + ", ".join(f"{w:.2f}" for w in r["walls"]))
+        print(f"{name:<20} {r['wall']:>7.2f} {ratio:>12.2f}x {overhead:>17} {1000 * extra:>15.1f} ms "
+              f"{busy:<28} {r.get('start_s', 0):>7.1f} {r.get('push_s', 0):>7.2f}")
+    print("(all walls: " + "; ".join(f"{n}: " + ", ".join(f"{w:.2f}" for w in r["walls"]) for n, r in results.items()) + ")")
+    local, pooled = hop
+    print(f"pool hop per call: {1000 * (pooled - local):.2f} ms ({1000 * pooled:.2f} ms through a tool-pool actor vs "
+          f"{1000 * local:.2f} ms in process; 200 sequential no-op MCP calls, best of 3)")
     crit = max(base["trajs"], key=lambda t: t.metrics["gen_s"] + t.metrics["tool_s"])
     print()
     print(f"in-process critical path: {crit.id} gen {crit.metrics['gen_s']:.2f} s + tools {crit.metrics['tool_s']:.2f} s "

@@ -159,7 +159,8 @@ ray.shutdown()
 
 def test_ray_training_joins_a_running_cluster(tmp_path):
     """README "Scale-out": `RAY_ADDRESS=... rlfactory train examples/ray.yaml` on a cluster that
-    another process started (here with rlfactory's local-cluster start, as a plain run does)."""
+    another process started, with the local-cluster start that a run without RAY_ADDRESS makes
+    (rlfactory.distributed.cluster.connect_cluster)."""
     import os
     import shutil
     import subprocess
@@ -167,6 +168,9 @@ def test_ray_training_joins_a_running_cluster(tmp_path):
     import tempfile
 
     pytest.importorskip("ray")
+    readme = (ROOT / "README.md").read_text()
+    assert ".venv/bin/rlfactory train examples/ray.yaml " in readme
+    assert "RAY_ADDRESS=HEAD_IP:6379 .venv/bin/rlfactory train examples/ray.yaml " in readme
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
     ray_dir = tempfile.mkdtemp(prefix="rlf-ray-")  # short: Ray's socket paths must fit in 107 bytes

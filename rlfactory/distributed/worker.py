@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import os
 import sys
+import time
 from typing import Any
 
 import torch
@@ -60,6 +61,7 @@ class RolloutWorker:
         self.cfg, self.index, self.pool = cfg, index, pool
         self.logits_processor = logits_processor
         self.version = 0
+        self.last_rollout_s = 0.0
         self.session: Any = None
         self._stack = contextlib.AsyncExitStack()
 
@@ -91,12 +93,17 @@ class RolloutWorker:
             raise StaleWorker(f"rollout worker {self.index} holds policy version {self.version}, asked for {version}")
         engine = self.session.engine
         engine.sampling = sampling
-        return await engine.run(rows, n, policy_version=self.version, seeds=seeds)
+        t0 = time.perf_counter()
+        try:
+            return await engine.run(rows, n, policy_version=self.version, seeds=seeds)
+        finally:
+            self.last_rollout_s = time.perf_counter() - t0
 
     def stats(self) -> dict[str, Any]:
-        """{"pid", "version", "generator": the generator's counters (decode steps, busy seconds, ...)}."""
+        """{"pid", "version", "last_rollout_s": seconds in the engine for the last rollout,
+        "generator": the generator's counters (decode steps, busy seconds, ...)}."""
         gen = dict(getattr(self.session.generator, "stats", {}) or {}) if self.session is not None else {}
-        return {"pid": os.getpid(), "version": self.version, "generator": gen}
+        return {"pid": os.getpid(), "version": self.version, "last_rollout_s": self.last_rollout_s, "generator": gen}
 
     async def close(self) -> None:
         await self._stack.aclose()

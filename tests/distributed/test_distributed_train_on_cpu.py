@@ -44,7 +44,8 @@ def trajectories(run: Path, step: int) -> list[dict]:
 
 
 def test_ray_backend_lockstep_metrics_equal_the_in_process_trainer(ray_cluster, tmp_path, capsys):
-    sections = dict(tools={"mcp": CALCULATOR}, trainer={"steps": 3, "save_every": 0, "seed": 7},
+    sections = dict(tools={"mcp": CALCULATOR}, trainer={"steps": 3, "save_every": 0, "seed": 7, "eval_every": 3,
+                                                        "eval_limit": 2},
                     rollout={"mode": "lockstep"})
     local_cfg = run_config(tmp_path, "local", **sections)
     ray_cfg = run_config(tmp_path, "ray", **{**sections, "trainer": {**sections["trainer"], "backend": "ray"},
@@ -66,6 +67,10 @@ def test_ray_backend_lockstep_metrics_equal_the_in_process_trainer(ray_cluster, 
                 assert b[key] == value, (a["step"], key, value, b[key])
     assert all(r["optim/grad_norm"] > 0 and r["traj/model_tokens"] > 0 for r in local)
     assert all(r["weight_sync/mb"] > 0 for r in ray)
+    # The evaluation after step 3 (greedy, on the workers through the same engine) agrees too.
+    (ea,), (eb,) = read_jsonl(tmp_path / "local" / "eval.jsonl"), read_jsonl(tmp_path / "ray" / "eval.jsonl")
+    assert {k: v for k, v in ea.items() if not k.startswith("time/")} == {k: v for k, v in eb.items() if not k.startswith("time/")}
+    assert ea["questions"] == 2
 
     for step in (1, 2, 3):
         a, b = trajectories(tmp_path / "local", step), trajectories(tmp_path / "ray", step)
