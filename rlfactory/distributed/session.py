@@ -5,7 +5,8 @@ Joins or starts the Ray cluster (cluster.py), starts `ray.tool_pools` tool-pool 
 `open_rollout` as in-process training: the learner's model and tokenizer, the env (data, reward)
 and a ToolRunner for rewards that call tools, its MCP servers reached through pool 0 (no server
 is started twice). The session's `engine` rolls out on the workers; its `weight_sync` sends the
-policy to them. Everything started is stopped when the block exits (and Ray is shut down if
+policy to them (through the object store), or, with `generator.backend: server`, to the
+generation servers that every worker's ServerGenerator sends its turns to. Everything started is stopped when the block exits (and Ray is shut down if
 this call started or joined it).
 """
 
@@ -29,14 +30,15 @@ class RaySession:
 
     engine: RayRolloutEngine
     generator: Any
-    """The driver's LocalGenerator on the learner's model (the trainer reads the policy and pad
-    id from it; rollouts run on the workers)."""
+    """The driver's own generator (LocalGenerator on the learner's model, or a ServerGenerator whose
+    server list the weight sync updates); rollouts run on the workers."""
     model: Any
     tokenizer: Any
     tool_manager: Any
     runner: Any
     env: Any
-    weight_sync: RayWeightSync
+    weight_sync: Any
+    """RayWeightSync (embedded workers), or the generation servers' WeightSync (None: no sync)."""
     workers: WorkerSet
     pools: list[Any] = field(default_factory=list)
 
@@ -47,20 +49,25 @@ async def open_ray_rollout(cfg: Any, *, logits_processor: str | None = None) -> 
     `module:factory` whose `factory(tokenizer)` every worker installs on its generator (a
     ScriptedPolicy for tests and benchmarks)."""
     from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.weight_sync import make_weight_sync
 
     require_ray()
+    on_servers = getattr(getattr(cfg, "generator", None), "backend", "local") == "server"
     joined = connect_cluster(cfg.ray)
     sys_path = list(sys.path)  # so workers import what the driver can (tools and envs next to the config)
     pools: list[Any] = []
     try:
         pools = start_pools(cfg.ray.tool_pools, sys_path)
         async with open_rollout(cfg, connect_server=pool_connector(pools[0])) as local:
-            workers = WorkerSet(cfg, pools, sys_path, logits_processor)
+            workers = WorkerSet(cfg, pools, sys_path, logits_processor, load_policy=not on_servers)
             try:
                 await workers.start()
                 engine = RayRolloutEngine(workers, cfg.rollout, cfg.sampling, local.env, cfg.ray.shard_retries)
+                # Embedded workers get the weights through the object store; generation servers
+                # get them from the driver, as in a run without Ray.
+                sync = make_weight_sync(cfg, local.generator) if on_servers else RayWeightSync(workers)
                 yield RaySession(engine, local.generator, local.model, local.tokenizer, local.tool_manager,
-                                 local.runner, local.env, RayWeightSync(workers), workers, pools)
+                                 local.runner, local.env, sync, workers, pools)
             finally:
                 await workers.close()
     finally:

@@ -1,11 +1,11 @@
 """The rollout worker: a Ray actor that rolls out its share of each step.
 
 Built by the same `open_rollout(cfg)` as in-process training, so its generator is whatever the
-config asks for (the embedded LocalGenerator on its own copy of the policy, or another backend
-that open_rollout builds) and its ToolRunner has the config's and the env's tools: Python tools
-run here, MCP servers are reached through a tool-pool actor (tool_pool.py). It holds one policy
-version at a time: `load_weights` replaces the weights in place and sets the version that its
-model segments record.
+config asks for: the embedded LocalGenerator on its own copy of the policy, or, with
+`generator.backend: server`, a ServerGenerator on the configured generation servers (no model
+here). Its ToolRunner has the config's and the env's tools: Python tools run here, MCP servers are
+reached through a tool-pool actor (tool_pool.py). An embedded worker holds one policy version at a
+time: `load_weights` replaces the weights in place and sets the version its model segments record.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from rlfactory.rollout.config import SamplingConfig
+from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.trajectory import Trajectory
 
 
@@ -54,12 +55,13 @@ class RolloutWorker:
     the engine, the generator's worker and the tool calls."""
 
     def __init__(self, cfg: Any, index: int, pool: Any, sys_path: list[str] | None = None,
-                 logits_processor: str | None = None) -> None:
+                 logits_processor: str | None = None, load_policy: bool = True) -> None:
         for entry in reversed(sys_path or []):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
         self.cfg, self.index, self.pool = cfg, index, pool
         self.logits_processor = logits_processor
+        self.load_policy = load_policy
         self.version = 0
         self.last_rollout_s = 0.0
         self.session: Any = None
@@ -72,8 +74,10 @@ class RolloutWorker:
         from rlfactory.rollout.build import open_rollout
 
         self.session = await self._stack.enter_async_context(
-            open_rollout(self.cfg, connect_server=pool_connector(self.pool)))
+            open_rollout(self.cfg, connect_server=pool_connector(self.pool), load_policy=self.load_policy))
         if self.logits_processor:
+            if not isinstance(self.session.generator, LocalGenerator):
+                raise ValueError("a logits_processor needs generator.backend: local")
             self.session.generator.logits_processor = import_factory(self.logits_processor)(self.session.tokenizer)
         if weights is not None:
             await self.load_weights(weights, version)
@@ -81,6 +85,8 @@ class RolloutWorker:
 
     async def load_weights(self, weights: dict[str, Any], version: int) -> int:
         """Load the policy's weights (the object-store copy the driver put) as `version`."""
+        if self.session.model is None:
+            raise RuntimeError(f"rollout worker {self.index} holds no model (its generator is a server)")
         load_state(self.session.model, weights)
         self.version = int(version)
         return self.version
@@ -88,7 +94,10 @@ class RolloutWorker:
     async def rollout(self, rows: list[dict[str, Any]], n: int, version: int, seeds: list[int] | None,
                       sampling: SamplingConfig) -> list[Trajectory]:
         """`engine.run(rows, n, seeds=seeds)` with `sampling`; model segments record the version
-        held here, which must be `version`."""
+        held here, which must be `version` (a worker whose generator is a server holds no weights:
+        the servers hold `version` and report it)."""
+        if self.session.model is None:
+            self.version = version
         if version != self.version:
             raise StaleWorker(f"rollout worker {self.index} holds policy version {self.version}, asked for {version}")
         engine = self.session.engine

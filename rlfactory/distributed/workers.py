@@ -23,9 +23,11 @@ class WorkerStartError(RuntimeError):
 class WorkerSet:
     """`cfg.ray.rollout_workers` RolloutWorker actors (see the module doc)."""
 
-    def __init__(self, cfg: Any, pools: list[Any], sys_path: list[str], logits_processor: str | None = None) -> None:
+    def __init__(self, cfg: Any, pools: list[Any], sys_path: list[str], logits_processor: str | None = None,
+                 load_policy: bool = True) -> None:
         self.cfg, self.pools, self.sys_path = cfg, pools, sys_path
         self.logits_processor = logits_processor
+        self.load_policy = load_policy
         rc = cfg.ray
         self.count = rc.rollout_workers
         self.actors: list[Any] = [None] * self.count
@@ -95,7 +97,7 @@ class WorkerSet:
                 num_cpus=rc.worker_cpus, num_gpus=rc.worker_gpus, max_restarts=0, max_task_retries=0,
                 max_concurrency=1000)
         actor = self._actor_class.remote(self.cfg, index, self.pools[index % len(self.pools)], self.sys_path,
-                                         self.logits_processor)
+                                         self.logits_processor, self.load_policy)
         weights, version = self.weights if self.weights is not None else (None, 0)
         try:
             info = await asyncio.wait_for(actor.start.remote(weights, version), rc.worker_start_timeout_s)
