@@ -26,9 +26,12 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_run_config(args.config, args.overrides)
     open_session = None
+    stops: tuple[type[Exception], ...] = (FileExistsError,)  # reported in one line
     if cfg.trainer.backend == "ray":
         from rlfactory.distributed import open_ray_rollout, require_ray
+        from rlfactory.distributed.workers import WorkerStartError
 
+        stops += (WorkerStartError,)
         try:
             require_ray()
         except ImportError as e:
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         open_session = open_ray_rollout
     try:
         history = asyncio.run(train(cfg, resume=args.resume, open_session=open_session))
-    except FileExistsError as e:
+    except stops as e:
         print(f"rlfactory train: {e}", file=sys.stderr)
         return 2
     if history:

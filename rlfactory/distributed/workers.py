@@ -42,6 +42,16 @@ class WorkerSet:
 
     async def start(self) -> None:
         """Start every worker (at once); raises WorkerStartError naming the first that failed."""
+        import ray
+
+        rc = self.cfg.ray
+        have = ray.cluster_resources()
+        for what, each in (("CPU", rc.worker_cpus), ("GPU", rc.worker_gpus)):
+            if each * self.count > have.get(what, 0.0) + 1e-9:
+                print(f"rlfactory: {self.count} rollout workers x ray.worker_{what.lower()}s={each:g} need "
+                      f"{each * self.count:g} {what}s; the cluster has {have.get(what, 0.0):g}: workers wait until "
+                      f"the cluster grows (ray.worker_start_timeout_s={rc.worker_start_timeout_s:g})",
+                      file=sys.stderr, flush=True)
         await asyncio.gather(*(self._start(i) for i in range(self.count)))
 
     def actor(self, index: int) -> Any:
