@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from rlfactory.distributed.cluster import actor_died_errors
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 
 
 def split_rows(rows: int, workers: int) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ import torch
 
 from rlfactory.rollout.config import SamplingConfig
 from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 
 
 class StaleWorker(RuntimeError):
