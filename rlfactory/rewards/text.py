@@ -100,13 +100,35 @@ def numbers_equal(a: float | None, b: float | None, rel_tol: float = 1e-6, abs_t
 # --- answer extraction -------------------------------------------------------------------------
 
 
+def last_enclosed(text: str, opening: str, closing: str, after_opening: re.Pattern[str] | None = None) -> str | None:
+    """What the last `opening ... closing` pair of `text` encloses, the pairs taken left to right
+    as a non-greedy regex would (`re.findall(opening + after_opening + "(.*?)" + closing)[-1]`),
+    or None. Linear in len(text): the scan stops at the first opening with no closing after it
+    (the regex would retry every later opening, quadratic on many unclosed tags).
+    `after_opening` must match right after `opening` for it to count (e.g. a code fence's language)."""
+    pos, last = 0, None
+    while (i := text.find(opening, pos)) >= 0:
+        start = i + len(opening)
+        if after_opening is not None:
+            m = after_opening.match(text, start)
+            if m is None:
+                pos = i + 1
+                continue
+            start = m.end()
+        j = text.find(closing, start)
+        if j < 0:
+            break
+        last, pos = text[start:j], j + len(closing)
+    return last
+
+
 def tagged_answer(tag: str = "answer") -> AnswerExtractor:
     """Extractor: the content of the last `<tag>...</tag>` in the model's text (stripped), or None."""
-    pattern = re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL)
+    opening, closing = f"<{tag}>", f"</{tag}>"
 
     def extract(trajectory: Trajectory) -> str | None:
-        matches = pattern.findall(trajectory.model_text())
-        return matches[-1].strip() if matches else None
+        found = last_enclosed(trajectory.model_text(), opening, closing)
+        return found.strip() if found is not None else None
 
     extract.__name__ = f"tagged_answer_{tag}"
     return extract
@@ -138,11 +160,11 @@ def last_turn_answer(trajectory: Trajectory) -> str | None:
 def code_block(lang: str | None = None) -> AnswerExtractor:
     """Extractor: the last fenced code block (```lang ... ```) of the model's text, or None."""
     tag = re.escape(lang) if lang else r"[\w+-]*"
-    pattern = re.compile(rf"```{tag}[ \t]*\n(.*?)```", re.DOTALL)
+    opener = re.compile(rf"{tag}[ \t]*\n")  # what follows the fence's backticks up to its newline
 
     def extract(trajectory: Trajectory) -> str | None:
-        matches = pattern.findall(trajectory.model_text())
-        return matches[-1].strip() if matches else None
+        found = last_enclosed(trajectory.model_text(), "```", "```", opener)
+        return found.strip() if found is not None else None
 
     extract.__name__ = f"code_block_{lang or 'any'}"
     return extract

@@ -105,3 +105,26 @@ def test_references_and_question_from_the_row():
     assert question_of(make([], {"question": "Who?"})) == "Who?"
     assert question_of(make([], {"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "u?"}]})) == "u?"
     assert question_of(make([], {}, prompt="raw prompt")) == "raw prompt"
+
+
+def test_tag_and_code_extraction_equal_the_regex_they_replace_and_stay_linear_on_unclosed_tags():
+    import random
+    import re
+    import time as _time
+
+    from rlfactory.rewards.text import code_block, last_enclosed, tagged_answer
+
+    rng = random.Random(0)
+    pieces = ["<answer>", "</answer>", "```", "```py\n", "```python \n", "x", " ", "\n", "<", "`", "4"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        want = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
+        assert last_enclosed(text, "<answer>", "</answer>") == (want[-1] if want else None), text
+        for lang, tag in ((None, r"[\w+-]*"), ("python", "python")):
+            want = re.findall(rf"```{tag}[ \t]*\n(.*?)```", text, re.DOTALL)
+            got = last_enclosed(text, "```", "```", re.compile(rf"{tag}[ \t]*\n"))
+            assert got == (want[-1] if want else None), (text, lang)
+    traj = make(["<answer>" * 20000 + "```\n" + "``x" * 20000])
+    t0 = _time.process_time()
+    assert tagged_answer()(traj) is None and code_block()(traj) is None
+    assert _time.process_time() - t0 < 5.0  # a stall guard: the regex took 17 s of CPU on this input (quadratic)
