@@ -22,7 +22,10 @@ def test_json_yaml_and_dict_forms_agree(tmp_path):
     a = load_mcp_config(tmp_path / "m.json")
     b = load_mcp_config(str(tmp_path / "m.yaml"))
     c = load_mcp_config({"mcpServers": SERVERS})
-    assert a == b == c
+    assert a == b
+    # a stdio server from a file runs in the file's folder; an inline one where rlfactory runs
+    assert a["calc"].cwd == str(tmp_path.resolve()) and c["calc"].cwd is None
+    assert {n: s.model_copy(update={"cwd": None}) for n, s in a.items()} == c
     assert a["calc"].transport == "stdio" and a["calc"].env == {"K": "1"}
     assert a["calc"].executable() == sys.executable  # bare `python` is this interpreter
     assert a["web"].transport == "streamable-http" and a["web"].include == ["search"] and a["web"].cache is False
