@@ -10,7 +10,8 @@ these steps, in this order, so that a user's mistake ends the command in seconds
    the config and of the env merged into one ToolRunner; `start_runner` starts the MCP servers
    and says in one line which tools were renamed because two share a name.
 3. `build_run_reward`: the env's own reward and the `reward:` section built.
-4. `check_split`: the rows of a split checked against what the reward reads.
+4. `check_split`: the rows of the splits the command uses checked against what the reward reads
+   (a reference answer for `exact_match` and the like).
 """
 
 from __future__ import annotations
@@ -155,6 +156,14 @@ def build_run_reward(cfg: Any, env: Any, runner: Any) -> Any:
     if default is None and not (r.terms or r.judge is not None or r.verify is not None):
         return None
     return build_reward(cfg.reward, default=default, tools=runner.tools())
+
+
+def split_rows(env: Any, split: str) -> list[dict[str, Any]]:
+    """The rows of `split`, or [] when the env has no such split."""
+    try:
+        return list(env.load_split(split))
+    except (NotImplementedError, ValueError, KeyError, FileNotFoundError):
+        return []
 
 
 def check_split(cfg: Any, env: Any, reward: Any, split: str, rows: list[dict[str, Any]]) -> None:

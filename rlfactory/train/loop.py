@@ -302,15 +302,13 @@ async def train(cfg: RunConfig, resume: bool = False) -> list[dict[str, float]]:
     The env, tools, reward and data are checked (rlfactory/rollout/prepare.py) before the run
     directory is written to."""
     from rlfactory.rollout.build import open_rollout
-    from rlfactory.rollout.prepare import check_split
 
     run_dir, ckpt = check_run_dir(cfg, resume)
-    async with open_rollout(cfg, reward_mode="required") as session:
+    splits = ("train", "test") if cfg.trainer.eval_every else ("train",)
+    async with open_rollout(cfg, reward_mode="required", check_splits=splits) as session:
         env, reward = session.env, session.reward
         train_rows = load_env_data(env, "train")
         test_rows = load_env_data(env, "test") if cfg.trainer.eval_every else None
-        check_split(cfg, env, reward, "train", train_rows)
-        check_split(cfg, env, reward, "test", test_rows or [])
         write_run_config(cfg, run_dir)
         if resume and ckpt is None:
             print(f"rlfactory train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
