@@ -3,6 +3,7 @@ and `tools`, so that what works under one command works under all."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,3 +26,23 @@ def load_run_config(path: str, overrides: list[str] | None) -> Any:
     cfg = load_config(RunConfig, path, overrides)
     make_config_folder_importable(path)
     return cfg
+
+
+def allow_overrides_after_options(parser: argparse.ArgumentParser) -> None:
+    """Let positionals (KEY=VALUE overrides) follow the options: `CONFIG --n 4 --out f a.b=c`.
+
+    The parent parser hands a subcommand's arguments to `parse_known_args`; route that through
+    argparse's intermixed parsing (which itself calls `parse_known_args`, hence the guard)."""
+    plain = parser.parse_known_args
+    busy: list[bool] = []
+
+    def parse_known_args(args=None, namespace=None):
+        if busy:
+            return plain(args, namespace)
+        busy.append(True)
+        try:
+            return parser.parse_known_intermixed_args(args, namespace)
+        finally:
+            busy.pop()
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from rlfactory.cli.common import allow_overrides_after_options
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -20,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="run config (YAML)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. sft.steps=100")
     p.set_defaults(func=run)
+    allow_overrides_after_options(p)
 
 
 async def run_sft(cfg) -> list[dict]:

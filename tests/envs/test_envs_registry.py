@@ -91,3 +91,53 @@ def test_example_configs_validate_and_build_their_env(name):
         rows = env.load_split("train")
         assert rows and env.reset(rows[0])[-1]["role"] == "user"
         assert env.reward() is not None
+
+
+class PlainEnv(Env):
+    """Keeps Env's constructor: its options arrive in self.options."""
+
+    max_turns = 3
+
+    def reset(self, row):
+        return [{"role": "user", "content": str(row)}]
+
+
+def test_options_arrive_in_self_options_and_max_turns_is_the_turn_limit_of_every_env():
+    env = make_env(PlainEnv, max_turns=2, greeting="hey")
+    assert env.options == {"max_turns": 2, "greeting": "hey"} and env.max_turns == 2
+    assert make_env(PlainEnv).max_turns == 3
+    assert make_env("code", max_turns=5).max_turns == 5  # a built-in takes it itself; same outcome
+    with pytest.raises(ConfigError, match=r"env.options.max_turns: expected a whole number >= 1, got 'two'"):
+        make_env(PlainEnv, max_turns="two")
+    with pytest.raises(ConfigError, match=r"env.options: EchoEnv takes no option 'greting'; did you mean 'greeting'\?"):
+        make_env(EchoEnv, greting="yo")
+
+
+def test_one_turn_limit_per_run():
+    from rlfactory.rollout.prepare import resolve_max_turns
+
+    cfg = RunConfig.model_validate({"env": {"name": "code", "options": {"max_turns": 2}}})
+    env = env_from_config(cfg.env)
+    assert env.max_turns == 2 and resolve_max_turns(cfg, env) == 2
+    cfg.rollout.max_turns = 2
+    assert resolve_max_turns(cfg, env) == 2
+    cfg.rollout.max_turns = 5
+    with pytest.raises(ConfigError, match="rollout.max_turns=5 and env.options.max_turns=2 disagree"):
+        resolve_max_turns(cfg, env)
+    cfg.env.options = {}
+    assert resolve_max_turns(cfg, env_from_config(cfg.env)) == 5
+
+
+def test_env_module_makes_a_registered_name_usable(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "registry_test_notes.py").write_text(
+        "from rlfactory.envs import Env, register_env\n"
+        "@register_env('registry-test-notes')\n"
+        "class NotesEnv(Env):\n"
+        "    def reset(self, row): return []\n")
+    with pytest.raises(ConfigError, match="unknown env 'registry-test-notes'.*env.module"):
+        env_from_config(EnvConfig(name="registry-test-notes"))
+    env = env_from_config(EnvConfig(name="registry-test-notes", module="registry_test_notes"))
+    assert type(env).__name__ == "NotesEnv"
+    with pytest.raises(ConfigError, match="unknown env 'registry-test-note'; did you mean 'registry-test-notes'"):
+        env_from_config(EnvConfig(name="registry-test-note"))
