@@ -153,7 +153,8 @@ def test_custom_env_commands_of_the_readme_python_tool_then_mcp(tmp_path, capsys
         argv = [str(ROOT / a) if a.startswith("examples/") else a.replace("step_000010", "step_000001") for a in argv]
         name = "wiki_mcp" if "wiki_mcp.yaml" in argv[1 if argv[0] != "tools" else -1] else "wiki"
         small = {"rollout": ["rollout.max_new_tokens=12"],
-                 "sft": ["sft.steps=3", "sft.demos=4", "sft.batch_size=2", f"sft.out={tmp_path / 'runs' / (name + '-sft')}"],
+                 "sft": ["sft.steps=3", "sft.demos=4", "sft.batch_size=2",
+                         f"sft.out={tmp_path / 'runs' / (name + '-sft')}"],
                  "train": ["trainer.steps=1", "trainer.save_every=1", "trainer.prompts_per_step=2", "algo.group_size=2",
                            "trainer.progress=false", f"trainer.run_dir={tmp_path / 'runs' / name}",
                            "rollout.max_new_tokens=12"],

@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_run_config(args.config, args.overrides)
     history = asyncio.run(run_sft(cfg))
-    print(f"sft: {len(history)} steps, final loss {history[-1]['loss']:.4f}; model saved to {Path(cfg.sft.out) / 'model'} "
-          f"(train from it with model.path={Path(cfg.sft.out) / 'model'})")
+    model = Path(cfg.sft.out) / "model"
+    print(f"sft: {len(history)} steps, final loss {history[-1]['loss']:.4f}; model saved to {model} "
+          f"(train from it with model.path={model})")
     return 0

@@ -99,7 +99,8 @@ def _construct(cls: type, options: dict[str, Any]) -> Any:
         signature.bind(**options)
     except TypeError as e:
         params = signature.parameters
-        takes = [p for p in params if params[p].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        takes = [p for p in params if params[p].kind not in variadic]
         bad = [k for k in options if k not in params]
         if not bad:
             raise ConfigError(f"env.options: {cls.__qualname__}: {e}") from None

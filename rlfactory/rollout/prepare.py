@@ -18,10 +18,18 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlfactory.config import ConfigError
 from rlfactory.imports import import_ref, where
+
+if TYPE_CHECKING:
+    from rlfactory.envs.base import Env, EnvTools
+    from rlfactory.rewards.base import Reward
+    from rlfactory.tools.config import ToolsConfig
+    from rlfactory.tools.runner import ToolRunner
+
+# `cfg` below is a rlfactory.train.config.RunConfig (named Any: rollout does not import train).
 
 
 def _where(exc: BaseException) -> str:
@@ -32,7 +40,7 @@ def _one_line(text: str) -> str:
     return re.sub(r"\s*\n\s*", " | ", str(text).strip())
 
 
-def build_env(cfg: Any) -> Any:
+def build_env(cfg: Any) -> Env:
     """The env of `cfg` (a RunConfig). Raises ConfigError naming `env.*` on any mistake, including
     an exception raised by the env's own constructor (with its file and line)."""
     from rlfactory.envs.registry import env_from_config
@@ -48,7 +56,7 @@ def build_env(cfg: Any) -> Any:
     return env
 
 
-def resolve_max_turns(cfg: Any, env: Any) -> int:
+def resolve_max_turns(cfg: Any, env: Env) -> int:
     """The one turn limit of the run: `rollout.max_turns` when set, else the env's `max_turns`
     (which `env.options.max_turns` sets). When both keys are set and disagree: a ConfigError."""
     option = cfg.env.options.get("max_turns")
@@ -58,7 +66,7 @@ def resolve_max_turns(cfg: Any, env: Any) -> int:
     return int(cfg.rollout.max_turns or getattr(env, "max_turns", 4) or 4)
 
 
-def env_tools(cfg: Any, env: Any) -> Any:
+def env_tools(cfg: Any, env: Env) -> EnvTools:
     """`env.tools()`, with its failure as a ConfigError naming the env."""
     try:
         return env.tools()
@@ -67,7 +75,7 @@ def env_tools(cfg: Any, env: Any) -> Any:
                           f"{_one_line(str(e))}{_where(e)}") from e
 
 
-def build_runner(tools: Any, own: Any = None) -> Any:
+def build_runner(tools: ToolsConfig, own: EnvTools | None = None) -> ToolRunner:
     """A ToolRunner (not started) with the tools of `tools` (a ToolsConfig, the `tools:` section)
     plus `own` (an env's EnvTools, or None). Mistakes are ConfigErrors naming the key."""
     from rlfactory.tools import ToolRunner
@@ -88,7 +96,7 @@ def build_runner(tools: Any, own: Any = None) -> Any:
         raise ConfigError(f"tools: {_one_line(str(e))}") from e
 
 
-async def start_runner(runner: Any, tools: Any) -> None:
+async def start_runner(runner: ToolRunner, tools: ToolsConfig) -> None:
     """Start the runner's MCP servers; a server that cannot start is a ConfigError (one line).
     Prints one line when tools were renamed `server.tool` because two share a name."""
     from rlfactory.tools.runner import ToolStartError
@@ -105,14 +113,14 @@ async def start_runner(runner: Any, tools: Any) -> None:
         print(line, file=sys.stderr)
 
 
-def _has_other_servers(runner: Any, tools: Any) -> bool:
+def _has_other_servers(runner: ToolRunner, tools: ToolsConfig) -> bool:
     """Whether the runner serves MCP servers that `tools.mcp` does not define (the env's)."""
     from rlfactory.tools.mcp_config import load_mcp_config
 
     return bool(set(getattr(runner, "connections", {}) or {}) - set(load_mcp_config(tools.mcp)))
 
 
-def renamed_tools(runner: Any, qualify_names: bool = False) -> str | None:
+def renamed_tools(runner: ToolRunner, qualify_names: bool = False) -> str | None:
     """One line naming the tools that were renamed `server.tool` because two share a name, or None."""
     if qualify_names:
         return None
@@ -132,7 +140,7 @@ def renamed_tools(runner: Any, qualify_names: bool = False) -> str | None:
             "tools.qualify_names: true to always name MCP tools server.tool)")
 
 
-def env_reward(cfg: Any, env: Any) -> Any:
+def env_reward(cfg: Any, env: Env) -> Reward | None:
     """The env's own reward (None when it has none), with its failure (a reward term typo inside
     the env, say) as a ConfigError naming the env."""
     reward = getattr(env, "reward", None)
@@ -147,7 +155,7 @@ def env_reward(cfg: Any, env: Any) -> Any:
                           f"{_one_line(str(e))}{_where(e)}") from e
 
 
-def build_run_reward(cfg: Any, env: Any, runner: Any) -> Any:
+def build_run_reward(cfg: Any, env: Env, runner: ToolRunner) -> Reward | None:
     """The run's reward: the `reward:` section over the env's own; None when neither gives one."""
     from rlfactory.rewards import build_reward
 
@@ -158,7 +166,7 @@ def build_run_reward(cfg: Any, env: Any, runner: Any) -> Any:
     return build_reward(cfg.reward, default=default, tools=runner.tools())
 
 
-def split_rows(env: Any, split: str) -> list[dict[str, Any]]:
+def split_rows(env: Env, split: str) -> list[dict[str, Any]]:
     """The rows of `split`, or [] when the env has no such split."""
     try:
         return list(env.load_split(split))
@@ -166,7 +174,7 @@ def split_rows(env: Any, split: str) -> list[dict[str, Any]]:
         return []
 
 
-def check_split(cfg: Any, env: Any, reward: Any, split: str, rows: list[dict[str, Any]]) -> None:
+def check_split(cfg: Any, env: Env, reward: Reward | None, split: str, rows: list[dict[str, Any]]) -> None:
     """Raise a ConfigError when a row of `split` lacks what `reward` reads (the row and the field
     named). Does nothing without a reward."""
     from rlfactory.rewards.requirements import check_rows

@@ -152,7 +152,8 @@ def test_mcp_command_that_does_not_exist(scratch, tmp_path, capsys):
 
 
 def test_mcp_server_that_dies_at_start_up(scratch, tmp_path, capsys):
-    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"notes": {"command": "python", "args": ["missing.py"]}}}))
+    servers = {"notes": {"command": "python", "args": ["missing.py"]}}
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
     cfg, _ = scratch(config="tools: {mcp: mcp.json}\n")
     assert rollout(cfg, tmp_path) == 2
     line = one_line(capsys)

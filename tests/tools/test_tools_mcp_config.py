@@ -144,7 +144,8 @@ def test_relative_args_are_taken_from_the_config_files_folder(tmp_path, monkeypa
         "    return open('notes.txt').read()\n"
         "server.run('stdio')\n")
     (folder / "mcp.json").write_text(json.dumps({"mcpServers": {"notes": {"command": "python", "args": ["server.py"]}}}))
-    (folder / "run.yaml").write_text("tools:\n  mcp:\n    mcpServers:\n      inline: {command: python, args: [server.py]}\n")
+    (folder / "run.yaml").write_text(
+        "tools:\n  mcp:\n    mcpServers:\n      inline: {command: python, args: [server.py]}\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

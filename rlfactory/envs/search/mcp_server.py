@@ -4,8 +4,9 @@
     python -m rlfactory.envs.search.mcp_server --corpus corpus.jsonl [--topk 3]
 
 Runs over stdio. With `--corpus` it searches a JSON-lines corpus itself (BM25, in the server's
-process; a relative path is taken from the MCP config's folder). With `--url` each call posts `{"queries": [query], "topk": k, "return_scores": true}` to
-`URL/retrieve` and formats the documents like Search-R1's `_passages2string`:
+process; a relative path is taken from the MCP config's folder). With `--url` each call posts
+`{"queries": [query], "topk": k, "return_scores": true}` to `URL/retrieve`. Either way the
+documents are formatted like Search-R1's `_passages2string`:
 `Doc 1(Title: Kalo Mire) Kalo Mire was born in ...` one line per document.
 """
 
