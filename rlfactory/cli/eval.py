@@ -7,8 +7,6 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-
-from rlfactory.cli.common import allow_overrides_after_options
 from typing import Any
 
 from rlfactory.cli.common import allow_overrides_after_options
