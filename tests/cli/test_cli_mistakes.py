@@ -202,3 +202,12 @@ def test_rows_without_the_answer_the_reward_reads(scratch, tmp_path, capsys):
     assert main(["train", cfg, "trainer.steps=1"]) == 2
     assert "train row 0 (id 'r0') has no reference answer" in one_line(capsys)
     assert not (tmp_path / "run").exists()
+
+
+def test_rlfactory_traceback_shows_what_is_behind_the_line(scratch, tmp_path, capsys, monkeypatch):
+    cfg, module = scratch(term="exact_mach")
+    monkeypatch.setenv("RLFACTORY_TRACEBACK", "1")
+    assert rollout(cfg, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and f"{module}.py" in err
+    assert err.strip().splitlines()[-1].startswith("rlfactory: config error: env.name:")
