@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlfactory.cli.main import main
-from rlfactory.rollout.trajectory import read_jsonl
+from rlfactory.trajectory import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "examples"
@@ -34,7 +34,8 @@ def test_readme_lists_the_commands_tested_here():
     assert test_cmd in readme and test_cmd in (ROOT / ".ci" / "run").read_text()
     tour = set(re.findall(r"\.venv/bin/rlfactory (\S+)", readme))
     # `serve` and the Generation servers section's commands run in tests/serve/test_serve_e2e.py
-    assert tour <= {"demo", "--help", "make-tiny-model", "tools", "rollout", "sft", "train", "eval", "ui", "serve"}, tour
+    assert tour <= {"demo", "--help", "make-tiny-model", "tools", "rollout", "sft", "train", "eval", "ui", "serve",
+                    "experiment"}, tour
     assert ".venv/bin/rlfactory ui --runs runs" in readme
 
 
@@ -176,3 +177,17 @@ def test_custom_env_commands_of_the_readme_python_tool_then_mcp(tmp_path, capsys
             assert "reward/exact_match" in metrics and metrics["step"] == 1
         if argv[0] == "eval":
             assert "2 questions (test)" in out and "reward/exact_match" in out
+
+
+def test_experiment_runs_base_sft_grpo_and_prints_the_table(tmp_path, capsys):
+    """`rlfactory experiment examples/smollm2_calculator.yaml` on tiny budgets (tiny:1m stands in for
+    SmolLM2 here; tests/rollout/test_rollout_smollm2.py loads the real one)."""
+    out = tmp_path / "exp"
+    rc = main(["experiment", str(EX / "smollm2_calculator.yaml"), "model.path=tiny:1m", "sft.demos=4", "sft.steps=2",
+               "sft.batch_size=2", "trainer.steps=1", "trainer.prompts_per_step=2", "algo.group_size=2",
+               "trainer.progress=false", "rollout.max_new_tokens=16", "--out", str(out), "--eval-limit", "2"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "base" in printed and "warm start" in printed and "after GRPO" in printed and "tool-call rate" in printed
+    result = json.loads((out / "results.json").read_text())
+    assert set(result["stages"]) == {"base", "warm start", "after GRPO"} and result["grpo_steps"] == 1

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="run config (YAML): env, tools, reward, rollout limits")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. rollout.max_turns=3")
     p.add_argument("--model", required=True, help="a Hugging Face folder (e.g. a checkpoint's model/), a LoRA "
-                   "adapter folder, or tiny:1m / tiny:10m")
+                   "adapter folder, a .gguf file, smollm2:135m, or tiny:1m / tiny:10m")
     p.add_argument("--split", default="test", help="dataset split (default: test)")
     p.add_argument("--out", help="write the report as JSON here")
     p.add_argument("--n", type=int, default=1, help="samples per question (default 1)")

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from rlfactory.rewards.base import score_all
     from rlfactory.rollout.build import open_rollout
     from rlfactory.rollout.summary import format_summary, summarize
-    from rlfactory.rollout.trajectory import write_jsonl
+    from rlfactory.trajectory import write_jsonl
 
     if args.n < 1:
         print("rlfactory rollout: --n must be >= 1", file=sys.stderr)

@@ -14,7 +14,7 @@ import inspect
 from typing import Any, Callable, TypeVar
 
 from rlfactory.config import ConfigError
-from rlfactory.envs.base import Env
+from rlfactory.envs.base import Env, missing_members
 from rlfactory.imports import did_you_mean, import_module_named, import_ref
 
 E = TypeVar("E", bound=type)
@@ -27,6 +27,7 @@ _BUILTIN: dict[str, str] = {
     "code": "rlfactory.envs.code:CodeEnv",
     "python": "rlfactory.envs.code:CodeEnv",
     "sql": "rlfactory.envs.sql:SqlEnv",
+    "calculator": "rlfactory.envs.calculator:CalculatorEnv",
 }
 
 
@@ -118,9 +119,10 @@ def make_env(name_or_spec: str | type, **options: Any) -> Env:
     must agree with it)."""
     cls = env_class(name_or_spec)
     env = _construct(cls, options)
-    for attr in ("reset", "tools", "step", "reward", "load_split"):
-        if not callable(getattr(env, attr, None)):
-            raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) does not implement `{attr}`")
+    missing = missing_members(env)
+    if missing:
+        hint = "" if Env in cls.__mro__ else " (subclass rlfactory.envs.Env to inherit the defaults)"
+        raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) does not implement {', '.join(missing)}{hint}")
     if "max_turns" in options:
         turns = options["max_turns"]
         if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
@@ -154,9 +156,17 @@ def _modules(value: str | list[str] | None) -> list[str]:
 
 
 def _accepts(cls: type, key: str) -> bool:
-    """Whether `cls(**{key: ...})` is allowed (a named parameter or **kwargs)."""
+    """Whether `cls(**{key: ...})` is allowed (a named parameter or **kwargs). A class without an
+    `__init__` of its own (an Env subclass that only overrides methods) takes no options."""
+    init = next((b.__dict__["__init__"] for b in cls.__mro__
+                 if "__init__" in b.__dict__ and b.__dict__["__init__"] is not _PROTOCOL_INIT), object.__init__)
+    if init is object.__init__:
+        return False
     try:
-        params = inspect.signature(cls).parameters.values()
+        params = inspect.signature(init).parameters.values()
     except (TypeError, ValueError):
         return True
     return any(p.kind == p.VAR_KEYWORD or p.name == key for p in params)
+
+
+_PROTOCOL_INIT = Env.__dict__.get("__init__")  # what typing puts on a Protocol: not an __init__ of the env's

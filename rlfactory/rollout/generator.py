@@ -49,7 +49,10 @@ class GenResult:
     finish_reason: FinishReason
     """stop: a stop token or stop string ended the turn; length: max_new_tokens was reached."""
     text: str = ""
-    """The decoded tokens (special tokens kept); empty when the generator has no tokenizer."""
+    """The decoded tokens (special tokens kept, the stop token included): the one decode of the
+    turn. The rollout engine records it on the model segment and parses it (less the stop token's
+    text); it never decodes the ids again. Empty only from a generator without a tokenizer, which
+    therefore cannot serve the engine."""
     stop_token: int | None = None
     """The stop token id that ended the turn, if one did."""
     queue_s: float = 0.0

@@ -29,15 +29,16 @@ from rlfactory.algos.advantages import (
     outcome_to_token_rewards,
 )
 from rlfactory.config import dump_config
-from rlfactory.rewards.base import score_all
+from rlfactory.envs.base import Env
+from rlfactory.rewards.base import Reward, score_all
 from rlfactory.rollout.build import pad_id_of
-from rlfactory.rollout.trajectory import Trajectory
 from rlfactory.train.annotate import annotate_trajectories
+from rlfactory.trajectory import Trajectory
 from rlfactory.train.batch import collate
 from rlfactory.train.checkpoint import CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from rlfactory.train.config import RunConfig
 from rlfactory.train.critic import Critic
-from rlfactory.train.data import PromptSampler, derive_seed, seed_everything, step_generator
+from rlfactory.train.data import PromptSampler, derive_seed, pin_threads, seed_everything, step_generator
 from rlfactory.train.evaluate import evaluate
 from rlfactory.train.logprobs import batched_logprobs
 from rlfactory.train.metrics import logprob_mismatch, tensor_stats, trajectory_metrics
@@ -114,7 +115,7 @@ class Trainer:
         t_score = time.perf_counter() - t0 - t_gen
 
         metrics = trajectory_metrics(trajs)
-        rewards, groups, valid = _reward_tensors(trajs, algo.group_size)
+        rewards, groups, valid = _reward_tensors(trajs)
         has_tokens = torch.tensor([any(t.loss_mask) for t in trajs], dtype=torch.bool)
         keep = valid & has_tokens
         if algo.dynamic_sampling:
@@ -187,9 +188,15 @@ class Trainer:
     # ---- the run ----------------------------------------------------------------------------
 
     async def run(self, log: RunLog) -> list[dict[str, float]]:
-        """Steps from the last completed one to trainer.steps, with logging, checkpoints, evals."""
+        """Steps from the last completed one to trainer.steps, with logging, checkpoints, evals.
+
+        Resumed at a step whose evaluation was due but never logged (the run was killed during
+        it, after the step's checkpoint was written), that evaluation runs first.
+        """
         tr = self.cfg.trainer
         history = []
+        if self._eval_due(self.step_done) and not log.has_eval(self.step_done):
+            await self._evaluate_and_log(log)
         bar = _progress(tr.steps, self.step_done, enabled=tr.progress)
         try:
             for step in range(self.step_done + 1, tr.steps + 1):
@@ -200,9 +207,8 @@ class Trainer:
                 history.append(metrics)
                 if step == tr.steps or (tr.save_every > 0 and step % tr.save_every == 0):
                     self.save()
-                if tr.eval_every > 0 and step % tr.eval_every == 0 and self.test_rows:
-                    report = await self.evaluate()
-                    log.log(step, report["averages"], kind="eval")
+                if self._eval_due(step):
+                    await self._evaluate_and_log(log)
                 if bar is not None:
                     bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['accuracy']:.2f}",
                                     tok_s=f"{metrics['perf/gen_tokens_per_s']:.0f}", refresh=False)
@@ -211,6 +217,14 @@ class Trainer:
             if bar is not None:
                 bar.close()
         return history
+
+    def _eval_due(self, step: int) -> bool:
+        every = self.cfg.trainer.eval_every
+        return every > 0 and step > 0 and step % every == 0 and bool(self.test_rows)
+
+    async def _evaluate_and_log(self, log: RunLog) -> None:
+        report = await self.evaluate()
+        log.log(self.step_done, report["averages"], kind="eval")
 
     async def evaluate(self) -> dict[str, Any]:
         tr = self.cfg.trainer
@@ -251,14 +265,15 @@ class Trainer:
         self.policy.eval()
 
 
-def _reward_tensors(trajs: list[Trajectory], group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _reward_tensors(trajs: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """rewards [B] float (0 where unscored), groups [B] long, valid [B] bool.
 
-    The engine returns n trajectories per row, row-major; the group is the row's position in
-    the step (not its id, which may repeat when a step wraps around the dataset).
+    groups[b] numbers `trajs[b].group` (the engine's group: one per row of the step, unique even
+    when a step wraps around the dataset and meets a row again).
     """
     rewards = torch.tensor([t.reward if t.reward is not None else 0.0 for t in trajs], dtype=torch.float32)
-    groups = torch.arange(len(trajs), dtype=torch.long) // max(group_size, 1)
+    numbers: dict[str, int] = {}
+    groups = torch.tensor([numbers.setdefault(t.group, len(numbers)) for t in trajs], dtype=torch.long)
     valid = torch.tensor([t.reward is not None for t in trajs], dtype=torch.bool)
     return rewards, groups, valid
 
@@ -287,7 +302,7 @@ def write_run_config(cfg: RunConfig, run_dir: Path) -> None:
     (run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
 
 
-def load_env_data(env: Any, split: str) -> list[dict]:
+def load_env_data(env: Env, split: str) -> list[dict]:
     try:
         return list(env.load_split(split))
     except (NotImplementedError, KeyError, FileNotFoundError, ValueError):
@@ -303,6 +318,7 @@ async def train(cfg: RunConfig, resume: bool = False) -> list[dict[str, float]]:
     directory is written to."""
     from rlfactory.rollout.build import open_rollout
 
+    pin_threads()
     run_dir, ckpt = check_run_dir(cfg, resume)
     splits = ("train", "test") if cfg.trainer.eval_every else ("train",)
     async with open_rollout(cfg, reward_mode="required", check_splits=splits) as session:

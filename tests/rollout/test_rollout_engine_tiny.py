@@ -17,7 +17,7 @@ from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.prompt_env import PromptEnv
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 from rlfactory.tiny import resolve_model
 from rlfactory.tools import ToolRunner, function_tool
 from rlfactory.tools.base import ToolResult
@@ -92,7 +92,7 @@ def test_multi_turn_rollout_with_tiny_model_and_real_tools(tiny, mode, tmp_path)
             assert all(lp <= 0 for lp in seg.logprobs) and seg.logprobs[-1] == 0.0  # forced end of turn
         assert t.segments[-1].text.endswith(f"The answer is {n}.<|im_end|>")
         assert sum(t.loss_mask) == sum(len(s.token_ids) for s in t.segments if s.role == "model")
-    from rlfactory.rollout.trajectory import read_jsonl, write_jsonl
+    from rlfactory.trajectory import read_jsonl, write_jsonl
 
     write_jsonl(tmp_path / "t.jsonl", trajs, mode="w")
     assert read_jsonl(tmp_path / "t.jsonl") == trajs

@@ -59,3 +59,16 @@ def test_bad_settings_are_config_errors():
         SamplingConfig(top_p=0)
     with pytest.raises(ValueError):
         SamplingConfig(temperature=-1)
+
+
+def test_draw_follows_the_distribution_and_never_draws_a_zero_probability_token():
+    from rlfactory.rollout.sampling import draw
+
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0]]).repeat(20000, 1) * 3  # unnormalised is fine
+    tok = draw(probs, torch.Generator().manual_seed(0))
+    freq = torch.bincount(tok, minlength=6).float() / len(tok)
+    assert freq[[0, 2, 5]].sum() == 0
+    assert torch.allclose(freq[[1, 3, 4]], torch.tensor([0.5, 0.3, 0.2]), atol=0.02)
+    one_hot = torch.zeros(3, 7)
+    one_hot[torch.arange(3), torch.tensor([0, 6, 3])] = 1.0  # a forced token at either end or inside
+    assert draw(one_hot, torch.Generator().manual_seed(1)).tolist() == [0, 6, 3]

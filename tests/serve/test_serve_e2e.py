@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlfactory.cli.main import main
-from rlfactory.rollout.trajectory import read_jsonl
+from rlfactory.trajectory import read_jsonl
 from rlfactory.serve.process import ServeProcess, free_port
 from rlfactory.serve.weights import weights_digest
 from rlfactory.tiny import resolve_model
