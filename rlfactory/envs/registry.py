@@ -81,7 +81,10 @@ def _has_own_init(cls: type) -> bool:
     for klass in cls.__mro__:
         if klass is Env or klass is object:
             return False
-        if "__init__" in vars(klass):
+        init = vars(klass).get("__init__")
+        # typing puts its own __init__ on a Protocol's subclasses and swaps in object.__init__ on
+        # the first instance: neither is the env's constructor
+        if init is not None and init is not _PROTOCOL_INIT and init is not object.__init__:
             return True
     return False
 
