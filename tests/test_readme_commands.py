@@ -191,3 +191,56 @@ def test_experiment_runs_base_sft_grpo_and_prints_the_table(tmp_path, capsys):
     assert "base" in printed and "warm start" in printed and "after GRPO" in printed and "tool-call rate" in printed
     result = json.loads((out / "results.json").read_text())
     assert set(result["stages"]) == {"base", "warm start", "after GRPO"} and result["grpo_steps"] == 1
+
+
+HEAD = r"""
+import sys
+from rlfactory.distributed.cluster import connect_cluster
+from rlfactory.train.ray_config import RayConfig
+import ray
+assert connect_cluster(RayConfig(num_cpus=2, temp_dir=sys.argv[1]))  # rlfactory's own local start
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()  # hold the cluster until the test closes our stdin
+ray.shutdown()
+"""
+
+
+def test_ray_training_joins_a_running_cluster(tmp_path):
+    """README "Scale-out": `RAY_ADDRESS=... rlfactory train examples/ray.yaml` on a cluster that
+    another process started, with the local-cluster start that a run without RAY_ADDRESS makes
+    (rlfactory.distributed.cluster.connect_cluster)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    pytest.importorskip("ray")
+    readme = (ROOT / "README.md").read_text()
+    assert ".venv/bin/rlfactory train examples/ray.yaml " in readme
+    assert "RAY_ADDRESS=HEAD_IP:6379 .venv/bin/rlfactory train examples/ray.yaml " in readme
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    ray_dir = tempfile.mkdtemp(prefix="rlf-ray-")  # short: Ray's socket paths must fit in 107 bytes
+    head_log = open(tmp_path / "head.log", "w")
+    head = subprocess.Popen([sys.executable, "-c", HEAD, ray_dir], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=head_log, text=True, env=env)
+    try:
+        address = head.stdout.readline().strip()
+        assert address, (tmp_path / "head.log").read_text()[-3000:]
+        overrides = ["trainer.steps=1", "trainer.prompts_per_step=2", "algo.group_size=2", "rollout.max_new_tokens=16",
+                     "env.options.n_train=20", "env.options.n_test=4", f"trainer.run_dir={tmp_path / 'run'}",
+                     "trainer.progress=false"]
+        out = subprocess.run([sys.executable, "-m", "rlfactory.cli.main", "train", str(EX / "ray.yaml"), *overrides],
+                             capture_output=True, text=True, timeout=600, env={**env, "RAY_ADDRESS": address})
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "trained 1 step(s)" in out.stdout
+        assert f"Connecting to existing Ray cluster at address: {address}" in out.stderr
+        step = (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()
+        assert len(step) == 4 and all(json.loads(line)["status"] != "infra_error" for line in step)
+        assert head.poll() is None  # the run left the cluster it joined running
+    finally:
+        head.stdin.close()
+        head.wait(timeout=120)
+        head_log.close()
+        shutil.rmtree(ray_dir, ignore_errors=True)

@@ -25,7 +25,7 @@ import torch
 from rlfactory.rollout.attention_masks import MaskPlan, mask_plan
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.kv_cache import RowKV, SlotCache, cache_of_rows, new_cache, take_row
-from rlfactory.rollout.sampling import RowSampling, sample
+from rlfactory.rollout.sampling import RowSampling, sample, seeded_uniforms
 
 
 @dataclass
@@ -142,7 +142,8 @@ class DecodeLoop:
         logits = self._logits(rows, ids, attn, pos, cache)
         self.stats["prefills"] += 1
         self.stats["prefill_tokens"] += sum(len(n) for n in news)
-        tokens, lps = sample(logits, RowSampling.of([r.req.sampling for r in rows], self.device), self.rng)
+        tokens, lps = sample(logits, RowSampling.of([r.req.sampling for r in rows], self.device), self.rng,
+                             self._uniforms(rows))
         done += self._record(rows, tokens, lps)
         expected = self.live + sum(r.finish is None for r in rows)
         for i, (row, tok) in enumerate(zip(rows, tokens.tolist())):
@@ -169,7 +170,7 @@ class DecodeLoop:
         keep = torch.tensor(live, device=self.device) if len(live) < len(self.rows) else None
         logits = self._logits(rows, last, mask, write.unsqueeze(1), cache, keep)
         self.stats["steps"] += 1
-        tokens, lps = sample(logits, self._row_sampling(live, rows), self.rng)
+        tokens, lps = sample(logits, self._row_sampling(live, rows), self.rng, self._uniforms(rows))
         for i, tok in zip(live, tokens.tolist()):
             self.length[i] += 1
             self.last[i] = tok
@@ -190,6 +191,16 @@ class DecodeLoop:
         if self._sampling is None or self._sampling[0] != self._version:
             self._sampling = (self._version, RowSampling.of([r.req.sampling for r in rows], self.device))
         return self._sampling[1]
+
+    def _uniforms(self, rows: list[Row]) -> torch.Tensor | None:
+        """The rows' uniform numbers for this draw when any row is seeded (None: all draw from rng).
+        A seeded row's number is a function of its seed and of how many tokens it has drawn."""
+        if all(r.req.seed is None for r in rows):
+            return None
+        u = torch.rand(len(rows), generator=self.rng, device=self.device, dtype=torch.float64).cpu()
+        seeded = [i for i, r in enumerate(rows) if r.req.seed is not None]
+        u[seeded] = seeded_uniforms([rows[i].req.seed for i in seeded], [len(rows[i].tokens) for i in seeded])
+        return u
 
     # ---- slots --------------------------------------------------------------------------------
 

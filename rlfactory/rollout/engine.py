@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from rlfactory.chat.base import ToolManager
 from rlfactory.envs.base import Env, missing_members
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.episode import Setup, rollout_one
 from rlfactory.rollout.generator import GenRequest, GenResult, Generator
+from rlfactory.rollout.sampling import mix_seed
 from rlfactory.tools.base import ToolResult
 from rlfactory.trajectory import Trajectory
 
@@ -65,13 +66,20 @@ class RolloutEngine:
         if self.tokenizer is None:
             raise ValueError("RolloutEngine needs a tokenizer (pass tokenizer= or give the generator one)")
 
-    async def run(self, rows: list[dict[str, Any]], n: int, policy_version: int = 0) -> list[Trajectory]:
+    async def run(self, rows: list[dict[str, Any]], n: int, policy_version: int = 0, *,
+                  seeds: Sequence[int] | None = None) -> list[Trajectory]:
         """n trajectories per row, row-major (row 0's n, then row 1's ...).
 
         Row i's n trajectories form one group, named after the row's `id` (its index when it has
         none) and unique in this call: a row id met again (a step that wraps around its dataset)
         gets `#2`, `#3`, ... appended. Trajectory ids are `<group>-<k>`.
+
+        `seeds` (one per row), when given, seed the draws of every turn of trajectory k of row i
+        from (seeds[i], k, turn) (GenRequest.seed), so each trajectory samples the same tokens
+        whatever else is rolled out beside it (in this call, or split over several engines).
         """
+        if seeds is not None and len(seeds) != len(rows):
+            raise ValueError(f"RolloutEngine.run: {len(seeds)} seeds for {len(rows)} rows")
         lockstep = self.rollout.mode == "lockstep"
         trajs, prompts = self._start(rows, n)
         schedule: Concurrent | Lockstep = (Lockstep(len(trajs), sequential=self.rollout.lockstep_tools == "sequential")
@@ -83,7 +91,8 @@ class RolloutEngine:
             session = uuid.uuid4().hex if self.rollout.reuse_kv else None
             try:
                 async with schedule.slot():
-                    await rollout_one(trajs[i], prompts[i], setup, i, session)
+                    await rollout_one(trajs[i], prompts[i], setup, i, session,
+                                      None if seeds is None else mix_seed(seeds[i // n], i % n))
             finally:
                 schedule.leave()
                 if session is not None and forget is not None:

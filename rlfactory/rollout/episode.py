@@ -42,6 +42,7 @@ from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls, ToolM
 from rlfactory.envs.base import Env
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.generator import GenerationUnavailable, GenRequest, GenResult, Generator
+from rlfactory.rollout.sampling import mix_seed
 from rlfactory.tools.base import MALFORMED, OK, ToolCall, ToolResult
 from rlfactory.trajectory import STATUSES, Segment, Status, ToolCallRecord, Trajectory
 
@@ -85,11 +86,12 @@ class Setup:
 
 
 async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, index: int,
-                      session: str | None = None) -> Trajectory:
+                      session: str | None = None, seed: int | None = None) -> Trajectory:
     """Roll out `traj` (empty, with its id, group and info) from `prompt_ids` until it ends.
 
     `index` orders this trajectory among the others of its run (the lock-step barrier releases in
-    that order); `session` names its KV cache in the generator (kept between its turns). Returns
+    that order); `session` names its KV cache in the generator (kept between its turns); `seed`,
+    when given, seeds each turn's draws (GenRequest.seed = mix_seed(seed, turn)). Returns
     `traj`, filled in: segments, tool calls, turns, status, error, and metrics: gen_s, queue_s
     (the generator's GenResult timings, summed over turns), tool_s (waiting for tools, barrier
     included), gen_tokens, obs_tokens, wall_s (this trajectory's own start to end). Never raises
@@ -108,7 +110,8 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
             if budget <= 0:
                 return _end(traj, "truncated")
             request = GenRequest(list(context), min(rollout.max_new_tokens, budget), setup.sampling,
-                                 setup.stop_token_ids, setup.stop_strings, session)
+                                 setup.stop_token_ids, setup.stop_strings, session,
+                                 None if seed is None else mix_seed(seed, traj.turns))
             try:
                 result = await setup.schedule.generate(setup.generator, request, index)
             except GenerationUnavailable as e:  # e.g. every generation server down: this trajectory only

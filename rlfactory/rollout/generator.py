@@ -38,6 +38,10 @@ class GenRequest:
     """Shared by the turns of one trajectory: the generator may keep this trajectory's KV cache
     after the turn and reuse it for the next request whose prompt extends the same ids (only
     the new tokens are prefilled). Release it with `forget(session)`."""
+    seed: int | None = None
+    """Seeds this turn's draws: its j-th token is drawn with `sampling.seeded_uniforms(seed, j)`,
+    so the same request samples the same tokens whatever batch it joins (given the same logits).
+    None = the generator's own random generator."""
 
 
 @dataclass

@@ -75,9 +75,10 @@ def env_tools(cfg: Any, env: Env) -> EnvTools:
                           f"{_one_line(str(e))}{_where(e)}") from e
 
 
-def build_runner(tools: ToolsConfig, own: EnvTools | None = None) -> ToolRunner:
+def build_runner(tools: ToolsConfig, own: EnvTools | None = None, connect_server: Any = None) -> ToolRunner:
     """A ToolRunner (not started) with the tools of `tools` (a ToolsConfig, the `tools:` section)
-    plus `own` (an env's EnvTools, or None). Mistakes are ConfigErrors naming the key."""
+    plus `own` (an env's EnvTools, or None); `connect_server` reaches its MCP servers (see
+    ToolRunner; None: it starts them itself). Mistakes are ConfigErrors naming the key."""
     from rlfactory.tools import ToolRunner
     from rlfactory.tools.mcp_config import check_commands
 
@@ -89,7 +90,8 @@ def build_runner(tools: ToolsConfig, own: EnvTools | None = None) -> ToolRunner:
     if own is not None and own.mcp is not None:
         check_commands(own.mcp)
     try:
-        return ToolRunner.from_config(tools, python_tools=own.python if own else (), mcp=own.mcp if own else None)
+        return ToolRunner.from_config(tools, python_tools=own.python if own else (), mcp=own.mcp if own else None,
+                                      connect_server=connect_server)
     except ConfigError:
         raise
     except (ValueError, TypeError) as e:  # two tools of one name, a function that cannot be a tool

@@ -71,7 +71,8 @@ class ServerGenerator:
 
     `stop_token_ids` / `stop_strings` are the defaults for requests that do not set their own;
     `tokenizer` decodes the returned ids into `GenResult.text` (special tokens kept, as the local
-    generator does). `seed`: requests carry seed+n (n counts requests) when set."""
+    generator does). `seed`: requests carry seed+n (n counts requests) when set; a request with its
+    own `GenRequest.seed` carries that instead."""
 
     def __init__(
         self,
@@ -112,7 +113,10 @@ class ServerGenerator:
             raise ValueError("a generation request needs at least one prompt token")
         stop_ids = self.stop_token_ids if request.stop_token_ids is None else tuple(request.stop_token_ids)
         stops = self.stop_strings if request.stop_strings is None else tuple(request.stop_strings)
-        seed = None if self._seed is None else (self._seed + self._count) % (2**31)
+        if request.seed is not None:  # the trajectory's own seed (reproducible whatever else runs)
+            seed = request.seed % (2**31)
+        else:
+            seed = None if self._seed is None else (self._seed + self._count) % (2**31)
         self._count += 1
         tried: list[ServerState] = []
         failures: list[str] = []

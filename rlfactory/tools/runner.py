@@ -84,10 +84,16 @@ class ToolRunner:
 
     Use as `async with ToolRunner(tools, config) as runner:` or `await runner.start()` /
     `await runner.aclose()`. A runner lives on the loop that started it.
+    `connect_server(name, server_config, policy)` makes the connection to each MCP server
+    (default None: `mcp_client.connect`, start or reach the server from this process); another can
+    reach servers that run elsewhere (rlfactory.distributed: a Ray tool-pool actor) and must
+    answer like a `ServerConnection` (`start`, `call`, `tools`, `cfg`, `limiter`, `aclose`, ...).
     """
 
-    def __init__(self, tools: Sequence[Any] = (), config: ToolsConfig | None = None, mcp: Any = None) -> None:
+    def __init__(self, tools: Sequence[Any] = (), config: ToolsConfig | None = None, mcp: Any = None,
+                 connect_server: Callable[[str, ServerConfig, SupervisionPolicy], Any] | None = None) -> None:
         self.config = config if config is not None else ToolsConfig()
+        self._connect_server = connect_server or connect
         self._local = [_as_tool(t) for t in tools]
         names = [t.name for t in self._local]
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -117,11 +123,12 @@ class ToolRunner:
             self._warn_unknown_options()
 
     @classmethod
-    def from_config(cls, cfg: ToolsConfig, python_tools: Iterable[Any] = (), mcp: Any = None) -> "ToolRunner":
+    def from_config(cls, cfg: ToolsConfig, python_tools: Iterable[Any] = (), mcp: Any = None,
+                    connect_server: Callable[[str, ServerConfig, SupervisionPolicy], Any] | None = None) -> "ToolRunner":
         """A runner with the config's tools (`tools.python`, `tools.mcp`) plus an env's own tools."""
         tools = [function_tool(import_function(ref)) for ref in cfg.python]
         tools += [_as_tool(t) for t in python_tools]
-        return cls(tools, cfg, mcp)
+        return cls(tools, cfg, mcp, connect_server)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> "ToolRunner":
@@ -138,7 +145,7 @@ class ToolRunner:
                 return
             if self._closed:
                 raise ToolStartError("the runner is closed")
-            conns = {n: connect(n, cfg, self._policy) for n, cfg in self._server_cfgs.items()}
+            conns = {n: self._connect_server(n, cfg, self._policy) for n, cfg in self._server_cfgs.items()}
             self.connections = conns
             try:
                 outcomes = await asyncio.gather(*(c.start() for c in conns.values()), return_exceptions=True)

@@ -18,6 +18,7 @@ from rlfactory.rewards.config import RewardConfig
 from rlfactory.rollout.config import ModelConfig, RolloutConfig, SamplingConfig
 from rlfactory.rollout.server_config import GeneratorConfig
 from rlfactory.tools.config import ToolsConfig
+from rlfactory.train.ray_config import RayConfig
 from rlfactory.train.sft_config import SftConfig
 
 
@@ -141,6 +142,10 @@ class TrainerConfig(Section):
     """Write every step's trajectories to run_dir/trajectories/step_NNNNNN.jsonl."""
     progress: bool = True
     """Show a progress bar on stderr."""
+    backend: Literal["local", "ray"] = "local"
+    """local: roll out and learn in this process. ray: the learner stays in this process, rollout
+    workers and MCP tool servers run as Ray actors (settings in the `ray:` section; needs
+    `pip install 'rlfactory[ray]'`)."""
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":
@@ -161,4 +166,5 @@ class RunConfig(Section):
     generator: GeneratorConfig = GeneratorConfig()
     algo: AlgoConfig = AlgoConfig()
     trainer: TrainerConfig = TrainerConfig()
+    ray: RayConfig = RayConfig()
     sft: SftConfig = SftConfig()

@@ -58,9 +58,11 @@ from rlfactory.train.weight_sync import make_weight_sync
 class Trainer:
     """Owns the policy, optimizer and step of one run.
 
-    `session` is an open rollout session (rlfactory.rollout.build.open_rollout): its `engine`
-    rolls out, its `model` is the policy (trained in place; the local generator samples from it,
-    generation servers get its weights after each update), `tokenizer` is saved with every checkpoint.
+    `session` is an open rollout session (rlfactory.rollout.build.open_rollout, or
+    rlfactory.distributed.open_ray_rollout): its `engine` rolls out, its `model` is the policy
+    (trained in place; the local generator samples from it, generation servers and Ray rollout
+    workers get its weights after each update through its `weight_sync`), `tokenizer` is saved
+    with every checkpoint.
     """
 
     def __init__(self, cfg: RunConfig, session: Any, reward: Any, train_rows: list[dict], test_rows: list[dict] | None = None) -> None:
@@ -74,7 +76,9 @@ class Trainer:
         self.device = next(base.parameters()).device
         self.tokenizer = session.tokenizer
         self.pad_id = pad_id_of(session.tokenizer, base)
-        self.weight_sync = make_weight_sync(cfg, session.generator)  # server backend: push weights after updates
+        # Generators that do not read the policy in place get its weights pushed after updates:
+        # the session's own (Ray rollout workers) or the generation servers' weight sync.
+        self.weight_sync = getattr(session, "weight_sync", None) or make_weight_sync(cfg, session.generator)
         self.temperature = cfg.sampling.logprob_temperature
         if tr.gradient_checkpointing:
             base.gradient_checkpointing_enable()
@@ -109,7 +113,10 @@ class Trainer:
         self._reseed_generation(derive_seed(cfg.trainer.seed, step, "sampling"))
         synced = await self.weight_sync.ensure(self.policy, self.version) if self.weight_sync else {}
         rows = self.sampler.rows_for(step - 1)
-        trajs = await self.engine.run(rows, algo.group_size, policy_version=self.version)
+        # Each row's draws are seeded on their own, so a trajectory does not depend on the batch
+        # it is generated in (the same whether one engine or several Ray workers roll the step out).
+        seeds = [derive_seed(cfg.trainer.seed, step, "sampling", i) for i in range(len(rows))]
+        trajs = await self.engine.run(rows, algo.group_size, policy_version=self.version, seeds=seeds)
         t_gen = time.perf_counter() - t0
         await self._score(trajs)
         t_score = time.perf_counter() - t0 - t_gen
@@ -311,17 +318,22 @@ def load_env_data(env: Env, split: str) -> list[dict]:
         return []
 
 
-async def train(cfg: RunConfig, resume: bool = False) -> list[dict[str, float]]:
+async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None) -> list[dict[str, float]]:
     """`rlfactory train`: run (or continue) the configured training; returns the new steps' metrics.
 
     The env, tools, reward and data are checked (rlfactory/rollout/prepare.py) before the run
-    directory is written to."""
+    directory is written to. `open_session(cfg, **checks)` opens the rollout session (default:
+    rlfactory.rollout.build.open_rollout, everything in this process; `rlfactory train` passes
+    rlfactory.distributed.open_ray_rollout for `trainer.backend: ray`)."""
     from rlfactory.rollout.build import open_rollout
 
     pin_threads()
+    if open_session is None and cfg.trainer.backend != "local":
+        raise ValueError(f"trainer.backend {cfg.trainer.backend!r} needs its session opener "
+                         "(rlfactory train passes rlfactory.distributed.open_ray_rollout)")
     run_dir, ckpt = check_run_dir(cfg, resume)
     splits = ("train", "test") if cfg.trainer.eval_every else ("train",)
-    async with open_rollout(cfg, reward_mode="required", check_splits=splits) as session:
+    async with (open_session or open_rollout)(cfg, reward_mode="required", check_splits=splits) as session:
         env, reward = session.env, session.reward
         train_rows = load_env_data(env, "train")
         test_rows = load_env_data(env, "test") if cfg.trainer.eval_every else None

@@ -177,7 +177,7 @@ class _FixedEngine:
         self.trajs = trajs
         self.sampling = None
 
-    async def run(self, rows, n, policy_version=0):
+    async def run(self, rows, n, policy_version=0, *, seeds=None):
         assert len(rows) * n == len(self.trajs)
         return self.trajs
 
