@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlfactory.cli.main import main
+from rlfactory.trajectory import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "examples"
@@ -87,8 +88,6 @@ def test_demo_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys):
 
 
 def test_custom_env_from_one_file_rolls_out_warm_starts_and_trains(tmp_path, capsys):
-    from rlfactory.trajectory import read_jsonl
-
     cfg = str(EX / "custom_env" / "capitals.yaml")
     out = tmp_path / "capitals.jsonl"
     assert main(["rollout", cfg, "--n", "2", "--out", str(out), "rollout.max_new_tokens=16"]) == 0
@@ -129,6 +128,55 @@ def test_ui_serves_the_studio_behind_its_token(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 130  # stopped by Ctrl-C, like every rlfactory command
+
+
+def _readme_commands(about: str) -> list[list[str]]:
+    """The README's `.venv/bin/rlfactory ...` lines that mention `about`, as argument lists."""
+    import shlex
+
+    lines = [line.strip() for line in (ROOT / "README.md").read_text().splitlines()]
+    return [shlex.split(line)[1:] for line in lines if line.startswith(".venv/bin/rlfactory ") and about in line]
+
+
+def test_custom_env_commands_of_the_readme_python_tool_then_mcp(tmp_path, capsys, monkeypatch):
+    """The README's custom-env commands, as printed, from a folder of their own (runs/ lands there),
+    on tiny budgets: tools list, rollout, sft, train and eval of examples/wiki with its search
+    tool in Python, then tools list and rollout with the same tool as an MCP server."""
+    import yaml
+
+    commands = _readme_commands("examples/wiki/")
+    assert [c[0] for c in commands] == ["tools", "rollout", "sft", "train", "eval", "tools", "rollout", "sft", "train"]
+    wiki = yaml.safe_load((EX / "wiki" / "wiki.yaml").read_text())
+    # the README's eval names the checkpoint that wiki.yaml's trainer.steps writes
+    assert f"step_{wiki['trainer']['steps']:06d}" in " ".join(commands[4])
+    monkeypatch.chdir(tmp_path)  # (paths in overrides are taken from the config's folder, so they are absolute here)
+    for argv in commands:
+        argv = [str(ROOT / a) if a.startswith("examples/") else a.replace("step_000010", "step_000001") for a in argv]
+        name = "wiki_mcp" if "wiki_mcp.yaml" in argv[1 if argv[0] != "tools" else -1] else "wiki"
+        small = {"rollout": ["rollout.max_new_tokens=12"],
+                 "sft": ["sft.steps=3", "sft.demos=4", "sft.batch_size=2",
+                         f"sft.out={tmp_path / 'runs' / (name + '-sft')}"],
+                 "train": ["trainer.steps=1", "trainer.save_every=1", "trainer.prompts_per_step=2", "algo.group_size=2",
+                           "trainer.progress=false", f"trainer.run_dir={tmp_path / 'runs' / name}",
+                           "rollout.max_new_tokens=12"],
+                 "eval": ["--limit", "2", "rollout.max_new_tokens=12"]}
+        assert main([*argv, *small.get(argv[0], [])]) == 0, argv
+        out, err = capsys.readouterr()
+        if argv[0] == "tools":
+            where = "server: wiki" if name == "wiki_mcp" else "python: env"
+            assert f"search  [{where}]" in out and "1 tool(s)" in out
+        if argv[0] == "rollout":
+            trajs = read_jsonl(argv[argv.index("--out") + 1])
+            assert len(trajs) == 8 and all("search" in t.segments[0].text for t in trajs)
+            assert "reward:       mean" in out
+        if argv[0] == "sft":
+            assert "s/step" in err and "for 3 steps" in err
+            assert f"model saved to {tmp_path / 'runs' / (name + '-sft') / 'model'}" in out
+        if argv[0] == "train":
+            metrics = json.loads((tmp_path / "runs" / name / "metrics.jsonl").read_text().splitlines()[-1])
+            assert "reward/exact_match" in metrics and metrics["step"] == 1
+        if argv[0] == "eval":
+            assert "2 questions (test)" in out and "reward/exact_match" in out
 
 
 def test_experiment_runs_base_sft_grpo_and_prints_the_table(tmp_path, capsys):

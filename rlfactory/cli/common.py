@@ -1,21 +1,48 @@
-"""What every config-taking command does first."""
+"""What every config-taking command does first: one loader for `train`, `eval`, `rollout`, `sft`
+and `tools`, so that what works under one command works under all."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 
+def make_config_folder_importable(path: str | Path) -> None:
+    """Put the folder of the config file `path` first on sys.path: `tools.python: [module:function]`,
+    `env.name: module:Class`, `env.module` and reward terms named `module:function` may live in
+    files next to the config."""
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+
+
 def load_run_config(path: str, overrides: list[str] | None) -> Any:
-    """Validate `path` plus dotted overrides into a RunConfig, and make the config's folder
-    importable: `tools.python: [module:function]`, `env.name: module:Class` and reward terms named
-    `module:function` may live in files next to the config."""
+    """Validate `path` plus dotted overrides into a RunConfig, and make the config's folder importable."""
     from rlfactory.config import load_config
     from rlfactory.train.config import RunConfig
 
     cfg = load_config(RunConfig, path, overrides)
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    make_config_folder_importable(path)
     return cfg
+
+
+def allow_overrides_after_options(parser: argparse.ArgumentParser) -> None:
+    """Let positionals (KEY=VALUE overrides) follow the options: `CONFIG --n 4 --out f a.b=c`.
+
+    The parent parser hands a subcommand's arguments to `parse_known_args`; route that through
+    argparse's intermixed parsing (which itself calls `parse_known_args`, hence the guard)."""
+    plain = parser.parse_known_args
+    busy: list[bool] = []
+
+    def parse_known_args(args=None, namespace=None):
+        if busy:
+            return plain(args, namespace)
+        busy.append(True)
+        try:
+            return parser.parse_known_intermixed_args(args, namespace)
+        finally:
+            busy.pop()
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlfactory.cli.common import allow_overrides_after_options
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -27,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="evaluate only the first N rows")
     p.add_argument("--sample", action="store_true", help="sample with the config's settings instead of greedy")
     p.set_defaults(func=run)
+    allow_overrides_after_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,17 +53,15 @@ def run(args: argparse.Namespace) -> int:
 async def evaluate_model(cfg: Any, model: str, split: str, *, n: int = 1, limit: int | None = None,
                          greedy: bool = True) -> dict[str, Any]:
     """Evaluate `model` (HF folder, LoRA adapter folder or tiny spec) on `split` of cfg's env."""
-    from rlfactory.rewards import build_reward
     from rlfactory.rollout.build import open_rollout
     from rlfactory.train.evaluate import evaluate
-    from rlfactory.train.loop import env_reward, tools_by_name
 
     adapter = Path(model) / "adapter_config.json"
     if adapter.is_file():
         cfg.model.path = json.loads(adapter.read_text())["base_model_name_or_path"]
     else:
         cfg.model.path = model
-    async with open_rollout(cfg) as session:
+    async with open_rollout(cfg, reward_mode="required", check_splits=(split,)) as session:
         if adapter.is_file():
             from peft import PeftModel
 
@@ -70,8 +71,7 @@ async def evaluate_model(cfg: Any, model: str, split: str, *, n: int = 1, limit:
         rows = list(env.load_split(split))
         if limit is not None:
             rows = rows[:limit]
-        reward = build_reward(cfg.reward, default=env_reward(env), tools=tools_by_name(session))
-        return await evaluate(session.engine, reward, rows, n=n, greedy=greedy)
+        return await evaluate(session.engine, session.reward, rows, n=n, greedy=greedy)
 
 
 async def _send_to_servers(cfg: Any, session: Any, model: str) -> None:

@@ -1,11 +1,16 @@
 """`rlfactory` command line. Each subcommand lives in its own module under rlfactory.cli and
-exposes `register(subparsers)`, which adds its parser and sets `func(args) -> int`."""
+exposes `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
+
+A config mistake ends a command with one line (`rlfactory: config error: ...`) and exit code 2;
+set RLFACTORY_TRACEBACK=1 to see the traceback behind it as well."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 
 from rlfactory.config import ConfigError
 
@@ -37,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:
+        if os.environ.get("RLFACTORY_TRACEBACK"):
+            traceback.print_exc()
         print(f"rlfactory: config error: {e}", file=sys.stderr)
         return 2
     except FileNotFoundError as e:

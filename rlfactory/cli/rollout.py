@@ -1,5 +1,7 @@
 """`rlfactory rollout CONFIG --n N --out FILE.jsonl [key=value ...]`: roll out N trajectories per
-dataset row, write them as JSON lines and print a summary (statuses, turns, tool calls, speed)."""
+dataset row, score them with the run's reward (the `reward:` section, else the env's own; skip
+with --no-reward), write them as JSON lines and print a summary (statuses, turns, tool calls,
+reward terms, speed)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import asyncio
 import sys
 import time
 from pathlib import Path
+
+from rlfactory.cli.common import allow_overrides_after_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,32 +27,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--split", default="test", help="dataset split of the env (default test)")
     p.add_argument("--limit", type=int, default=None, help="use only the first LIMIT rows")
     p.add_argument("--policy-version", type=int, default=0, help="recorded on model segments")
+    p.add_argument("--no-reward", action="store_true",
+                   help="do not score the trajectories (by default they are scored when a reward is configured)")
     p.set_defaults(func=run)
     allow_overrides_after_options(p)
 
 
-def allow_overrides_after_options(parser: argparse.ArgumentParser) -> None:
-    """Let positionals (KEY=VALUE overrides) follow the options: `CONFIG --n 4 --out f a.b=c`.
-
-    The parent parser hands a subcommand's arguments to `parse_known_args`; route that through
-    argparse's intermixed parsing (which itself calls `parse_known_args`, hence the guard)."""
-    plain = parser.parse_known_args
-    busy: list[bool] = []
-
-    def parse_known_args(args=None, namespace=None):
-        if busy:
-            return plain(args, namespace)
-        busy.append(True)
-        try:
-            return parser.parse_known_intermixed_args(args, namespace)
-        finally:
-            busy.pop()
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
-
-
 def run(args: argparse.Namespace) -> int:
     from rlfactory.cli.common import load_run_config
+    from rlfactory.rewards.base import score_all
     from rlfactory.rollout.build import open_rollout
     from rlfactory.rollout.summary import format_summary, summarize
     from rlfactory.trajectory import write_jsonl
@@ -59,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.overrides)
 
     async def go():
-        async with open_rollout(cfg, load_policy=False) as session:  # only generation servers need weights
+        mode = "off" if args.no_reward else "optional"
+        # only generation servers need the policy's weights
+        async with open_rollout(cfg, load_policy=False, reward_mode=mode, check_splits=(args.split,)) as session:
             rows = session.env.load_split(args.split)
             if args.limit is not None:
                 rows = rows[: args.limit]
@@ -67,9 +56,14 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"the {args.split!r} split has no rows")
             t0 = time.perf_counter()
             trajs = await session.engine.run(rows, args.n, policy_version=args.policy_version)
-            return trajs, time.perf_counter() - t0, servers_line(session.generator)
+            wall = time.perf_counter() - t0
+            if session.reward is not None:
+                for t, s in zip(trajs, await score_all(session.reward, trajs)):
+                    if s is not None:
+                        t.reward, t.reward_terms = float(s.total), dict(s.terms)
+            return trajs, wall, session.reward is not None, servers_line(session.generator)
 
-    trajs, wall, servers = asyncio.run(go())
+    trajs, wall, scored, servers = asyncio.run(go())
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(out, trajs, mode="w")
@@ -77,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_summary(summarize(trajs, wall)))
     if servers:
         print(servers)
+    print(reward_line(trajs) if scored else "reward:       not scored (" + ("--no-reward" if args.no_reward else
+          "no reward configured: set reward.terms, or give the env a reward()") + ")")
     print(f"wrote {len(trajs)} trajectories to {out}")
     return 0
 
@@ -91,3 +87,16 @@ def servers_line(generator) -> str:
         version = s.reported if s.reported is not None else s.version
         parts.append(f"{s.url} {s.served} turns (version {version}{'; ' + s.last_error if s.last_error else ''})")
     return "generation servers: " + "; ".join(parts)
+
+
+def reward_line(trajs: list) -> str:
+    """`reward: mean 0.25 (exact_match 0.00, format 1.00); N infra_error not scored`."""
+    scored = [t for t in trajs if t.reward is not None]
+    if not scored:
+        return "reward:       none scored (every trajectory is infra_error)"
+    mean = sum(t.reward for t in scored) / len(scored)
+    names = list(dict.fromkeys(k for t in scored for k in t.reward_terms))
+    terms = ", ".join(f"{k} {sum(t.reward_terms.get(k, 0.0) for t in scored) / len(scored):.2f}" for k in names)
+    skipped = len(trajs) - len(scored)
+    line = f"reward:       mean {mean:.3f}" + (f" ({terms})" if terms else "")
+    return line + (f"; {skipped} infra_error not scored" if skipped else "")

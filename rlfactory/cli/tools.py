@@ -3,21 +3,25 @@
     rlfactory tools list --config run.yaml
     rlfactory tools call add --args '{"a": 1, "b": 2}' --config mcp.json tools.timeout_s=5
 
-`--config` is a run config YAML (its `tools:` section is used) or a bare MCP config (JSON, YAML
-with `mcpServers`, or RL-Factory `.pydata`). Trailing `key=value` words are dotted overrides.
+`--config` is a run config YAML or a bare MCP config (JSON, YAML with `mcpServers`, or RL-Factory
+`.pydata`). A run config with an `env:` section lists what the model will see: the `tools:`
+section's tools plus the env's own, under the names the model calls them. Trailing `key=value`
+words are dotted overrides.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 from pydantic import BaseModel, ConfigDict
 
+from rlfactory.cli.common import load_run_config, make_config_folder_importable
 from rlfactory.config import ConfigError, apply_overrides, read_yaml, validate
 from rlfactory.tools.config import ToolsConfig
 
@@ -50,9 +54,42 @@ def load_tools_config(path: str | None, overrides: list[str]) -> ToolsConfig:
             raise ConfigError(f"config file not found: {p}")
         base_dir = str(p.resolve().parent)
         data = {"tools": {"mcp": str(p.resolve())}} if _is_bare_mcp(p) else read_yaml(p)
+        make_config_folder_importable(p)
     data = apply_overrides(data, overrides)
     source = (path or "<no config>") + (f" (with overrides {' '.join(overrides)})" if overrides else "")
     return validate(_ToolsView, data, source, base_dir).tools
+
+
+def _has_env(path: str | None) -> bool:
+    """Whether `path` is a run config with an `env:` section (then the env's tools count too)."""
+    return path is not None and Path(path).is_file() and not _is_bare_mcp(Path(path)) and "env" in read_yaml(path)
+
+
+@contextlib.asynccontextmanager
+async def open_tools(path: str | None, overrides: list[str]) -> AsyncIterator[tuple[Any, set[str]]]:
+    """(started ToolRunner, names of the env's own Python tools) for a config, checked as a run
+    checks it (rlfactory/rollout/prepare.py); with an env, its tools join the config's."""
+    from rlfactory.rollout.prepare import build_env, build_runner, env_tools, start_runner
+
+    env = own = None
+    if _has_env(path):
+        cfg = load_run_config(str(path), overrides)
+        tools = cfg.tools
+        env = build_env(cfg)
+    else:
+        tools = load_tools_config(path, overrides)
+    try:
+        if env is not None:
+            own = env_tools(cfg, env)
+        runner = build_runner(tools, own)
+        try:
+            await start_runner(runner, tools)
+            yield runner, {getattr(f, "name", getattr(f, "__name__", "")) for f in (own.python if own else [])}
+        finally:
+            await runner.aclose()
+    finally:
+        if env is not None and callable(getattr(env, "close", None)):
+            env.close()
 
 
 def _split(extra: list[str]) -> list[str]:
@@ -76,10 +113,8 @@ def _describe_parameters(schema: dict[str, Any]) -> list[str]:
     return lines or ["    (none)"]
 
 
-async def _list(cfg: ToolsConfig, as_json: bool) -> int:
-    from rlfactory.tools.runner import ToolRunner
-
-    async with ToolRunner.from_config(cfg) as runner:
+async def _list(path: str | None, overrides: list[str], as_json: bool) -> int:
+    async with open_tools(path, overrides) as (runner, env_python):
         specs = runner.specs()
         if as_json:
             rows = [
@@ -89,9 +124,10 @@ async def _list(cfg: ToolsConfig, as_json: bool) -> int:
             print(json.dumps(rows, indent=2))
             return 0
         for s in specs:
-            server = runner.server_of(s.name) or "(python)"
+            server = runner.server_of(s.name)
+            where = f"server: {server}" if server else "python: env" if s.name in env_python else "python: tools.python"
             first = (s.description or "").strip().splitlines()
-            print(f"{s.name}  [server: {server}]")
+            print(f"{s.name}  [{where}]")
             print(f"  {first[0] if first else '(no description)'}")
             print("  parameters:")
             print("\n".join(_describe_parameters(s.parameters)))
@@ -99,16 +135,15 @@ async def _list(cfg: ToolsConfig, as_json: bool) -> int:
     return 0
 
 
-async def _call(cfg: ToolsConfig, name: str, raw_args: str) -> int:
+async def _call(path: str | None, overrides: list[str], name: str, raw_args: str) -> int:
     from rlfactory.tools.base import ToolCall
-    from rlfactory.tools.runner import ToolRunner
 
     try:
         arguments = json.loads(raw_args) if raw_args.strip() else {}
     except ValueError as e:
         print(f"rlfactory tools call: --args is not valid JSON: {e}", file=sys.stderr)
         return 2
-    async with ToolRunner.from_config(cfg) as runner:
+    async with open_tools(path, overrides) as (runner, _):
         result = await runner.call(ToolCall(name, arguments))
     if result.is_error:
         print(f"tool error ({result.status}): {result.text}", file=sys.stderr)
@@ -118,16 +153,10 @@ async def _call(cfg: ToolsConfig, name: str, raw_args: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rlfactory.tools.runner import ToolStartError
-
-    cfg = load_tools_config(args.config, _split(args.overrides))
-    try:
-        if args.tools_command == "list":
-            return asyncio.run(_list(cfg, args.json))
-        return asyncio.run(_call(cfg, args.name, args.args))
-    except ToolStartError as e:
-        print(f"rlfactory tools: {e}", file=sys.stderr)
-        return 3
+    overrides = _split(args.overrides)
+    if args.tools_command == "list":
+        return asyncio.run(_list(args.config, overrides, args.json))
+    return asyncio.run(_call(args.config, overrides, args.name, args.args))
 
 
 class _OverridesParser(argparse.ArgumentParser):

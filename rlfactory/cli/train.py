@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import sys
 
+from rlfactory.cli.common import allow_overrides_after_options
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -18,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. trainer.lr=1e-5")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in trainer.run_dir")
     p.set_defaults(func=run)
+    allow_overrides_after_options(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,13 +41,16 @@ class RaySession:
     """RayWeightSync (embedded workers), or the generation servers' WeightSync (None: no sync)."""
     workers: WorkerSet
     pools: list[Any] = field(default_factory=list)
+    reward: Any = None
+    """The run's reward (built by the driver's open_rollout; None when not asked for)."""
 
 
 @contextlib.asynccontextmanager
-async def open_ray_rollout(cfg: Any, *, logits_processor: str | None = None) -> AsyncIterator[RaySession]:
+async def open_ray_rollout(cfg: Any, *, logits_processor: str | None = None, **checks: Any) -> AsyncIterator[RaySession]:
     """A RaySession for `cfg` (a RunConfig; see the module doc). `logits_processor`: a
     `module:factory` whose `factory(tokenizer)` every worker installs on its generator (a
-    ScriptedPolicy for tests and benchmarks)."""
+    ScriptedPolicy for tests and benchmarks). `checks` (reward_mode, check_splits) go to the
+    driver's open_rollout: the env, tools, reward and data are checked before any worker starts."""
     from rlfactory.rollout.build import open_rollout
     from rlfactory.train.weight_sync import make_weight_sync
 
@@ -58,7 +61,7 @@ async def open_ray_rollout(cfg: Any, *, logits_processor: str | None = None) -> 
     pools: list[Any] = []
     try:
         pools = start_pools(cfg.ray.tool_pools, sys_path)
-        async with open_rollout(cfg, connect_server=pool_connector(pools[0])) as local:
+        async with open_rollout(cfg, connect_server=pool_connector(pools[0]), **checks) as local:
             workers = WorkerSet(cfg, pools, sys_path, logits_processor, load_policy=not on_servers)
             try:
                 await workers.start()
@@ -67,7 +70,7 @@ async def open_ray_rollout(cfg: Any, *, logits_processor: str | None = None) -> 
                 # get them from the driver, as in a run without Ray.
                 sync = make_weight_sync(cfg, local.generator) if on_servers else RayWeightSync(workers)
                 yield RaySession(engine, local.generator, local.model, local.tokenizer, local.tool_manager,
-                                 local.runner, local.env, sync, workers, pools)
+                                 local.runner, local.env, sync, workers, pools, local.reward)
             finally:
                 await workers.close()
     finally:

@@ -1,16 +1,21 @@
 """Env registry: `@register_env("name")` on a class, `make_env("name" | "module:Class", **options)`.
 
+A config names an env by `env.name`: a registered name or `module:Class`. A name registered in
+your own module becomes reachable once the module is imported: `env.module: wiki` (a wiki.py next
+to the config, or an installed package) is imported before `env.name` is looked up.
+
 Built-in envs are registered lazily (their modules import only when asked for), so that
 `import rlfactory.envs` stays cheap and a broken optional env never breaks the others.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any, Callable, TypeVar
 
+from rlfactory.config import ConfigError
 from rlfactory.envs.base import Env, missing_members
+from rlfactory.imports import did_you_mean, import_module_named, import_ref
 
 E = TypeVar("E", bound=type)
 
@@ -39,23 +44,15 @@ def register_env(name: str) -> Callable[[E], E]:
 
 
 def _import_class(spec: str) -> type:
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise ValueError(f"env {spec!r}: expected a registered name or `module:Class`")
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        raise ValueError(f"env {spec!r}: cannot import module {module!r} ({e})") from e
-    obj = mod
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"env {spec!r}: module {module!r} has no {attr!r}")
-        obj = getattr(obj, part)
-    return obj  # type: ignore[return-value]
+    return import_ref(spec, "env.name", "class")
 
 
 def env_class(name_or_spec: str | type) -> type:
-    """The env class for a registered name, a `module:Class` string, or a class."""
+    """The env class for a registered name, a `module:Class` string, or a class.
+
+    An unknown name is a `ConfigError` (a ValueError) naming `env.name`, with the closest
+    registered name when one is close, and a reminder that a name registered with `@register_env`
+    in your own module needs `env.module`."""
     if isinstance(name_or_spec, type):
         return name_or_spec
     if name_or_spec in _REGISTRY:
@@ -67,34 +64,82 @@ def env_class(name_or_spec: str | type) -> type:
         return _import_class(_BUILTIN[name_or_spec])
     if ":" in name_or_spec:
         return _import_class(name_or_spec)
-    known = sorted(set(_REGISTRY) | set(_BUILTIN))
-    raise ValueError(f"unknown env {name_or_spec!r}; registered: {', '.join(known)} (or give `module:Class`)")
+    known = registered_envs()
+    raise ConfigError(
+        f"env.name: unknown env {name_or_spec!r}{did_you_mean(name_or_spec, known)} (registered: {', '.join(known)}); "
+        f"an env registered with @register_env in your own module needs `env.module: <module>` so that it is "
+        f"imported, or give `module:Class`"
+    )
 
 
 def registered_envs() -> list[str]:
     return sorted(set(_REGISTRY) | set(_BUILTIN))
 
 
-def make_env(name_or_spec: str | type, **options: Any) -> Env:
-    """Build an env from a registered name, `module:Class` or a class; `options` go to its constructor."""
-    cls = env_class(name_or_spec)
+def _has_own_init(cls: type) -> bool:
+    """Whether `cls` defines a constructor below `Env` (one that may take options itself)."""
+    for klass in cls.__mro__:
+        if klass is Env or klass is object:
+            return False
+        init = vars(klass).get("__init__")
+        # typing puts its own __init__ on a Protocol's subclasses and swaps in object.__init__ on
+        # the first instance: neither is the env's constructor
+        if init is not None and init is not _PROTOCOL_INIT and init is not object.__init__:
+            return True
+    return False
+
+
+def _construct(cls: type, options: dict[str, Any]) -> Any:
+    """`cls(**options)`; a class that keeps `Env`'s constructor gets the options in `self.options`."""
+    if not _has_own_init(cls):
+        env = cls()
+        env.options = dict(options)
+        return env
     try:
-        env = cls(**options)
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return cls(**options)
+    try:
+        signature.bind(**options)
     except TypeError as e:
-        if not options:
-            raise
-        raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) cannot be built with option(s) "
-                        f"{', '.join(sorted(options))}: {e}") from e
+        params = signature.parameters
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        takes = [p for p in params if params[p].kind not in variadic]
+        bad = [k for k in options if k not in params]
+        if not bad:
+            raise ConfigError(f"env.options: {cls.__qualname__}: {e}") from None
+        raise ConfigError(f"env.options: {cls.__qualname__} takes no option {bad[0]!r}{did_you_mean(bad[0], takes)} "
+                          f"(it takes: {', '.join(takes) or 'none'})") from None
+    return cls(**options)
+
+
+def make_env(name_or_spec: str | type, **options: Any) -> Env:
+    """Build an env from a registered name, `module:Class` or a class; `options` go to its constructor
+    (or, for a class that keeps `Env`'s constructor, to `self.options`).
+
+    `max_turns` among the options sets the env's `max_turns` whatever the constructor does with it,
+    so `env.options.max_turns` is the env's turn limit for every env (`rollout.max_turns`, when set,
+    must agree with it)."""
+    cls = env_class(name_or_spec)
+    env = _construct(cls, options)
     missing = missing_members(env)
     if missing:
         hint = "" if Env in cls.__mro__ else " (subclass rlfactory.envs.Env to inherit the defaults)"
         raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) does not implement {', '.join(missing)}{hint}")
+    if "max_turns" in options:
+        turns = options["max_turns"]
+        if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
+            raise ConfigError(f"env.options.max_turns: expected a whole number >= 1, got {turns!r}")
+        env.max_turns = turns
     return env
 
 
 def env_from_config(cfg: Any, **extra: Any) -> Env:
-    """Build the env of an `EnvConfig` (`env:` section). `extra` (e.g. `family=` from `model.family`)
+    """Build the env of an `EnvConfig` (`env:` section). `env.module` is imported first (so its
+    `@register_env` and `@reward_term` names exist); `extra` (e.g. `family=` from `model.family`)
     fills options the config leaves unset; `train_data` / `test_data` are passed when set."""
+    for module in _modules(getattr(cfg, "module", None)):
+        import_module_named(module, "env.module")
     options = dict(cfg.options)
     for key in ("train_data", "test_data"):
         value = getattr(cfg, key, None)
@@ -105,6 +150,12 @@ def env_from_config(cfg: Any, **extra: Any) -> Env:
         if value is not None and _accepts(cls, key):
             options.setdefault(key, value)
     return make_env(cls, **options)
+
+
+def _modules(value: str | list[str] | None) -> list[str]:
+    if not value:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _accepts(cls: type, key: str) -> bool:

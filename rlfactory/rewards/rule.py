@@ -75,7 +75,10 @@ def get_term(name: str) -> TermFn:
     try:
         return _TERMS[name].fn
     except KeyError:
-        raise ValueError(f"unknown reward term {name!r}; known: {', '.join(sorted(_TERMS))} (or module:function)") from None
+        from rlfactory.imports import did_you_mean
+
+        raise ValueError(f"unknown reward term {name!r}{did_you_mean(name, _TERMS)} (known: {', '.join(sorted(_TERMS))}, "
+                         "or module:function)") from None
 
 
 def list_terms() -> list[str]:

@@ -146,7 +146,8 @@ async def run(req: dict[str, Any]) -> None:
         tm = tool_manager_for(cfg.model, tokenizer, model)
         processor = script_policy(script, tokenizer, tm)
     emit({"type": "status", "message": "starting tools"})
-    async with open_rollout(cfg, model=model, tokenizer=tokenizer, logits_processor=processor) as session:
+    async with open_rollout(cfg, model=model, tokenizer=tokenizer, logits_processor=processor,
+                            reward_mode="off") as session:  # scored below, only when an answer is given
         engine = session.engine
         engine.generator = GeneratorTap(engine.generator, tokens, decode)
         engine.env = EnvTap(engine.env)

@@ -26,7 +26,8 @@ class ToolsConfig(Section):
 
     mcp: Any = None
     """An MCP config: a path (JSON, YAML or RL-Factory `.pydata`; relative to the config file) or an
-    inline `{mcpServers: ...}`."""
+    inline `{mcpServers: ...}`. A stdio server runs in the folder of the file that defines it
+    (unless its `cwd` says otherwise), so relative paths in its `args` are taken from there."""
     python: list[str] = []
     """Python-function tools as `module:function` (sync or async, typed)."""
     timeout_s: float = Field(30.0, gt=0)
@@ -62,14 +63,24 @@ class ToolsConfig(Section):
     @field_validator("mcp")
     @classmethod
     def _mcp_source(cls, value: Any, info: ValidationInfo) -> Any:
+        base = (info.context or {}).get("base_dir")
+        if isinstance(value, dict) and base is not None and isinstance(value.get("mcpServers"), dict):
+            return {**value, "mcpServers": {n: _in_folder(spec, base) for n, spec in value["mcpServers"].items()}}
         if value is None or isinstance(value, (dict, list)):
             return value
         if not isinstance(value, (str, os.PathLike)):
             raise ValueError(f"expected a path or an inline {{mcpServers: ...}} mapping, got {type(value).__name__}")
         p = Path(os.path.expanduser(str(value)))
-        base = (info.context or {}).get("base_dir")
         if not p.is_absolute() and base is not None and ((Path(base) / p).exists() or not p.exists()):
             p = Path(base) / p
         if not p.is_file():
             raise ValueError(f"MCP config file not found: {value} (looked for {p})")
         return str(p)
+
+
+def _in_folder(spec: Any, base: str) -> Any:
+    """An inline stdio server runs in the run config's folder, as one from an MCP config file does."""
+    if not isinstance(spec, dict) or "command" not in spec:
+        return spec
+    cwd = spec.get("cwd")
+    return {**spec, "cwd": str(Path(base) / cwd) if cwd else base}

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import inspect
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -18,6 +19,8 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from rlfactory.tools.base import ERROR, INVALID_ARGUMENTS, ToolResult, TransportError
+
+log = logging.getLogger("rlfactory.tools")
 
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Params|Returns?|Yields?|Raises|Examples?|Notes?|See Also)\s*:?\s*$")
 _GOOGLE_PARAM = re.compile(r"^\s*\**(\w+)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
@@ -190,6 +193,7 @@ def function_tool(
         raise TypeError(f"function_tool({tool_name!r}): cannot build a JSON schema from the type hints: {e}") from e
     schema.setdefault("properties", {})
     schema["additionalProperties"] = False
+    _warn_if_undescribed(fn, tool_name, [n for n in names if n not in hints], description is None and not summary)
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
     return FunctionTool(
         name=tool_name,
@@ -204,6 +208,23 @@ def function_tool(
         cache=cache,
         _names=tuple(names),
     )
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_if_undescribed(fn: Callable[..., Any], tool_name: str, untyped: list[str], no_docstring: bool) -> None:
+    """One warning line per function whose prompt would say `any` or nothing (the model reads it)."""
+    key = (getattr(fn, "__module__", "?") or "?", getattr(fn, "__qualname__", tool_name))
+    if not (untyped or no_docstring) or key in _warned:
+        return
+    _warned.add(key)
+    gaps = []
+    if untyped:
+        gaps.append(f"no type hint on {', '.join(untyped)} (the model sees `any`)")
+    if no_docstring:
+        gaps.append("no docstring (the model sees no description)")
+    log.warning("python tool %r (%s:%s): %s", tool_name, key[0], key[1], "; ".join(gaps))
 
 
 def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:

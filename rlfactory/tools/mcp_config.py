@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Literal, Mapping
@@ -35,6 +36,8 @@ class ServerConfig(BaseModel):
     env: dict[str, str] = {}
     """Extra environment variables, over the runner's own environment."""
     cwd: str | None = None
+    """Working folder of a stdio server; relative paths (here, in `command` and in `args`) are taken
+    from the MCP config file's folder, which is also the default `cwd`."""
     url: str | None = None
     """Endpoint of a remote server (streamable HTTP or SSE)."""
     transport: Literal["stdio", "streamable-http", "sse"] | None = Field(None, alias="type")
@@ -172,11 +175,40 @@ def load_mcp_config(src: str | os.PathLike | Mapping[str, Any] | list | None) ->
             raise ConfigError(f"{source}: mcpServers.{name}{'.' + key if key else ''}: {msg}") from None
         if "." in name:
             raise ConfigError(f"{source}: mcpServers.{name}: a server name cannot contain '.'")
-        if cfg.cwd and base is not None and not os.path.isabs(cfg.cwd):
-            cfg.cwd = str(base / cfg.cwd)
+        if base is not None and cfg.command is not None:
+            # A stdio server runs in its config file's folder (or in `cwd`, taken from there), so
+            # relative paths in `command` and `args` are relative to the config file.
+            cfg.cwd = str(base / cfg.cwd) if cfg.cwd else str(base)
         if not cfg.disabled:
             out[name] = cfg
     return out
+
+
+def _source(src: Any) -> str:
+    return str(src) if isinstance(src, (str, os.PathLike)) else "<inline MCP config>"
+
+
+def check_commands(src: Any) -> None:
+    """Raise a ConfigError (one line, naming the file and `mcpServers.NAME.command`, with the closest
+    executable on PATH) for every stdio server whose command cannot be found, before any starts."""
+    for name, cfg in load_mcp_config(src).items():
+        if cfg.command is None:
+            continue
+        exe = cfg.executable()
+        search_path = cfg.env.get("PATH", os.environ.get("PATH", ""))
+        if os.sep in exe:
+            target = Path(cfg.cwd or os.getcwd(), exe)
+            found = target.is_file() and os.access(target, os.X_OK)
+        else:
+            found = shutil.which(exe, path=search_path) is not None
+        if found:
+            continue
+        from rlfactory.imports import did_you_mean
+
+        on_path = [f for d in search_path.split(os.pathsep) if os.path.isdir(d) for f in os.listdir(d)]
+        hint = did_you_mean(cfg.command, on_path) if os.sep not in exe else ""
+        where = f"{cfg.cwd} (the server's cwd)" if os.sep in exe else "PATH"
+        raise ConfigError(f"{_source(src)}: mcpServers.{name}.command: {cfg.command!r} not found in {where}{hint}")
 
 
 def merge_mcp_configs(*sources: Any) -> dict[str, ServerConfig]:

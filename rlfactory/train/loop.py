@@ -293,28 +293,20 @@ def _progress(total: int, initial: int, enabled: bool):
     return tqdm(total=total, initial=initial, file=sys.stderr, desc="train", unit="step", dynamic_ncols=True)
 
 
-def prepare_run_dir(cfg: RunConfig, resume: bool) -> tuple[Path, Path | None]:
-    """Create run_dir, write the resolved config.yaml; return (run_dir, checkpoint to resume)."""
+def check_run_dir(cfg: RunConfig, resume: bool) -> tuple[Path, Path | None]:
+    """(run_dir, checkpoint to resume); a FileExistsError when run_dir holds checkpoints and
+    `resume` is off. Writes nothing."""
     run_dir = Path(cfg.trainer.run_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
     if not resume and latest_checkpoint(run_dir) is not None:
         raise FileExistsError(f"{run_dir} already holds checkpoints: pass --resume to continue, or pick another trainer.run_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
     return run_dir, ckpt
 
 
-def tools_by_name(session: Any) -> dict[str, Any]:
-    """The session's tools by the name the model calls them (for a verify reward)."""
-    return session.runner.tools()
-
-
-def env_reward(env: Env) -> Reward | None:
-    """The env's own reward, or None when it has none (then `reward:` must be configured)."""
-    try:
-        return env.reward()
-    except NotImplementedError:  # envs written against the old base class raised for "none"
-        return None
+def write_run_config(cfg: RunConfig, run_dir: Path) -> None:
+    """Create run_dir and write the resolved config.yaml."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
 
 
 def load_env_data(env: Env, split: str) -> list[dict]:
@@ -329,25 +321,26 @@ def load_env_data(env: Env, split: str) -> list[dict]:
 async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None) -> list[dict[str, float]]:
     """`rlfactory train`: run (or continue) the configured training; returns the new steps' metrics.
 
-    `open_session(cfg)` opens the rollout session (default: rlfactory.rollout.build.open_rollout,
-    everything in this process; `rlfactory train` passes rlfactory.distributed.open_ray_rollout
-    for `trainer.backend: ray`).
-    """
-    from rlfactory.rewards import build_reward
+    The env, tools, reward and data are checked (rlfactory/rollout/prepare.py) before the run
+    directory is written to. `open_session(cfg, **checks)` opens the rollout session (default:
+    rlfactory.rollout.build.open_rollout, everything in this process; `rlfactory train` passes
+    rlfactory.distributed.open_ray_rollout for `trainer.backend: ray`)."""
     from rlfactory.rollout.build import open_rollout
 
     pin_threads()
     if open_session is None and cfg.trainer.backend != "local":
         raise ValueError(f"trainer.backend {cfg.trainer.backend!r} needs its session opener "
                          "(rlfactory train passes rlfactory.distributed.open_ray_rollout)")
-    run_dir, ckpt = prepare_run_dir(cfg, resume)
-    if resume and ckpt is None:
-        print(f"rlfactory train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
-    async with (open_session or open_rollout)(cfg) as session:
-        env = session.env
-        reward = build_reward(cfg.reward, default=env_reward(env), tools=tools_by_name(session))
-        trainer = Trainer(cfg, session, reward, load_env_data(env, "train"),
-                          load_env_data(env, "test") if cfg.trainer.eval_every else None)
+    run_dir, ckpt = check_run_dir(cfg, resume)
+    splits = ("train", "test") if cfg.trainer.eval_every else ("train",)
+    async with (open_session or open_rollout)(cfg, reward_mode="required", check_splits=splits) as session:
+        env, reward = session.env, session.reward
+        train_rows = load_env_data(env, "train")
+        test_rows = load_env_data(env, "test") if cfg.trainer.eval_every else None
+        write_run_config(cfg, run_dir)
+        if resume and ckpt is None:
+            print(f"rlfactory train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
+        trainer = Trainer(cfg, session, reward, train_rows, test_rows)
         if ckpt is not None:
             trainer.restore(ckpt)
         log = RunLog(run_dir, resume_step=trainer.step_done if ckpt is not None else None)

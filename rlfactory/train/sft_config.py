@@ -28,6 +28,7 @@ class SftConfig(Section):
     seed: int = 0
     """Seeds batch order."""
     out: ConfigPath = "runs/sft"
-    """Where the fine-tuned model (Hugging Face format) and sft_metrics.jsonl are written."""
+    """A folder: the fine-tuned model goes to `<out>/model` (Hugging Face format; train from it
+    with `model.path=<out>/model`), the per-step metrics to `<out>/sft_metrics.jsonl`."""
     bf16: bool = False
     """bfloat16 autocast for the forward passes."""

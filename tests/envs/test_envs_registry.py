@@ -46,7 +46,7 @@ def test_make_env_by_name_module_class_and_class():
 def test_unknown_env_and_duplicate_names_are_errors():
     with pytest.raises(ValueError, match="unknown env 'nope'.*search"):
         make_env("nope")
-    with pytest.raises(ValueError, match="cannot import"):
+    with pytest.raises(ValueError, match="env.name: no module named .no."):
         make_env("no.such.module:Env")
     with pytest.raises(ValueError, match="already registered"):
         register_env("test-echo")(type("Other", (Env,), {}))
@@ -93,6 +93,56 @@ def test_example_configs_validate_and_build_their_env(name):
         assert env.reward() is not None
 
 
+class PlainEnv(Env):
+    """Keeps Env's constructor: its options arrive in self.options."""
+
+    max_turns = 3
+
+    def reset(self, row):
+        return [{"role": "user", "content": str(row)}]
+
+
+def test_options_arrive_in_self_options_and_max_turns_is_the_turn_limit_of_every_env():
+    env = make_env(PlainEnv, max_turns=2, greeting="hey")
+    assert env.options == {"max_turns": 2, "greeting": "hey"} and env.max_turns == 2
+    assert make_env(PlainEnv).max_turns == 3
+    assert make_env("code", max_turns=5).max_turns == 5  # a built-in takes it itself; same outcome
+    with pytest.raises(ConfigError, match=r"env.options.max_turns: expected a whole number >= 1, got 'two'"):
+        make_env(PlainEnv, max_turns="two")
+    with pytest.raises(ConfigError, match=r"env.options: EchoEnv takes no option 'greting'; did you mean 'greeting'\?"):
+        make_env(EchoEnv, greting="yo")
+
+
+def test_one_turn_limit_per_run():
+    from rlfactory.rollout.prepare import resolve_max_turns
+
+    cfg = RunConfig.model_validate({"env": {"name": "code", "options": {"max_turns": 2}}})
+    env = env_from_config(cfg.env)
+    assert env.max_turns == 2 and resolve_max_turns(cfg, env) == 2
+    cfg.rollout.max_turns = 2
+    assert resolve_max_turns(cfg, env) == 2
+    cfg.rollout.max_turns = 5
+    with pytest.raises(ConfigError, match="rollout.max_turns=5 and env.options.max_turns=2 disagree"):
+        resolve_max_turns(cfg, env)
+    cfg.env.options = {}
+    assert resolve_max_turns(cfg, env_from_config(cfg.env)) == 5
+
+
+def test_env_module_makes_a_registered_name_usable(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "registry_test_notes.py").write_text(
+        "from rlfactory.envs import Env, register_env\n"
+        "@register_env('registry-test-notes')\n"
+        "class NotesEnv(Env):\n"
+        "    def reset(self, row): return []\n")
+    with pytest.raises(ConfigError, match="unknown env 'registry-test-notes'.*env.module"):
+        env_from_config(EnvConfig(name="registry-test-notes"))
+    env = env_from_config(EnvConfig(name="registry-test-notes", module="registry_test_notes"))
+    assert type(env).__name__ == "NotesEnv"
+    with pytest.raises(ConfigError, match="unknown env 'registry-test-note'; did you mean 'registry-test-notes'"):
+        env_from_config(EnvConfig(name="registry-test-note"))
+
+
 class NoInitEnv(Env):
     """Only `reset`: everything else comes from the Env protocol's defaults."""
 
@@ -106,8 +156,7 @@ def test_an_env_subclass_gets_the_defaults_and_takes_no_options_it_does_not_name
     assert env.info({"q": 1}) == {"q": 1} and env.end_episode(None, None) is None and env.tools().python == []
     with pytest.raises(ValueError, match="has no 'train' split"):
         env.load_split("train")
-    with pytest.raises(TypeError, match="NoInitEnv.*cannot be built with option.*colour"):
-        make_env(NoInitEnv, colour="red")
+    assert make_env(NoInitEnv, colour="red").options == {"colour": "red"}  # Env's constructor: self.options
 
 
 def test_an_env_without_reset_is_refused_by_name():

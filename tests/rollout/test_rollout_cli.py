@@ -46,3 +46,20 @@ def test_calculator_example_tool():
     assert calculate("(120 - 45) / 3") == "25" and calculate("2 ** 10 + 1") == "1025"
     with pytest.raises(ValueError):
         calculate("__import__('os')")
+
+
+def test_rollout_scores_with_the_configured_reward_unless_told_not_to(tmp_path, capsys):
+    out = tmp_path / "calc.jsonl"
+    base = ["rollout", str(EXAMPLE), "--limit", "2", "--out", str(out), "rollout.max_new_tokens=8"]
+    assert main([*base, "reward.terms.numeric=1.0", "reward.terms.format=0.1"]) == 0
+    trajs = read_jsonl(out)
+    assert len(trajs) == 2
+    for t in trajs:
+        assert set(t.reward_terms) == {"numeric", "format"}
+        assert t.reward == t.reward_terms["numeric"] + 0.1 * t.reward_terms["format"]
+    assert "reward:       mean " in capsys.readouterr().out
+    assert main([*base, "reward.terms.numeric=1.0", "--no-reward"]) == 0
+    assert all(t.reward is None and not t.reward_terms for t in read_jsonl(out))
+    assert "reward:       not scored (--no-reward)" in capsys.readouterr().out
+    assert main([*base, "reward.terms.numbers=1.0"]) == 2  # a reward config error is not ignored
+    assert "unknown reward term 'numbers'; did you mean 'numeric'?" in capsys.readouterr().err

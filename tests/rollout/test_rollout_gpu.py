@@ -56,14 +56,14 @@ def test_gpu_training_run_stays_on_the_gpu(tmp_path):
     from rlfactory.config import load_config
     from rlfactory.rollout.build import open_rollout
     from rlfactory.train.config import RunConfig
-    from rlfactory.train.loop import Trainer, env_reward
+    from rlfactory.train.loop import Trainer
 
     cfg = load_config(RunConfig, run_config(tmp_path, model={"device": "cuda", "dtype": "bfloat16"},
                                             algo={"kl_coef": 0.05}, trainer={"steps": 1}))
 
     async def one_step():
-        async with open_rollout(cfg) as session:
-            trainer = Trainer(cfg, session, env_reward(session.env), session.env.load_split("train"))
+        async with open_rollout(cfg, reward_mode="required") as session:
+            trainer = Trainer(cfg, session, session.reward, session.env.load_split("train"))
             metrics, trajs = await trainer.step(1)
             return trainer, metrics
 

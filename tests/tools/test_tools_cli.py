@@ -65,3 +65,35 @@ def test_the_installed_command(configs):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "3.5"
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_list_on_a_run_config_shows_the_env_tools_under_the_names_the_model_sees(tools_cli, capsys):
+    wiki = str(EXAMPLES / "wiki" / "wiki.yaml")
+    assert tools_cli(["tools", "list", "--config", wiki]) == 0
+    out = capsys.readouterr().out
+    assert "search  [python: env]" in out and "1 tool(s)" in out
+    # the same tool also over MCP: both are offered, the MCP copy renamed, and start-up says so
+    assert tools_cli(["tools", "list", "--config", wiki, "tools.mcp=mcp.json"]) == 0
+    captured = capsys.readouterr()
+    assert "search  [python: env]" in captured.out and "wiki.search  [server: wiki]" in captured.out
+    assert "2 tool(s)" in captured.out
+    assert captured.err.strip().splitlines() == [
+        "tools: 'search' is served more than once, so the model sees 'search' (python), 'wiki.search' (hide a copy "
+        "with the server's `exclude`, or set tools.qualify_names: true to always name MCP tools server.tool)"]
+    assert tools_cli(["tools", "call", "wiki.search", "--args", '{"query": "Hessvik founder"}', "--config", wiki,
+                      "tools.mcp=mcp.json"]) == 0
+    assert "Doc 1(Title: Hessvik)" in capsys.readouterr().out
+
+
+def test_list_imports_the_config_folder_as_every_command_does(tmp_path):
+    """A fresh process (nothing imported yet), run from another folder: `tools.python` of a shipped
+    example resolves from the config's folder, as under `train`."""
+    exe = Path(sys.executable).parent / "rlfactory"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rlfactory.cli.main"]
+    out = subprocess.run(cmd + ["tools", "list", "--config", str(EXAMPLES / "rollout_calculator.yaml")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "calculate  [python: tools.python]" in out.stdout and "1 tool(s)" in out.stdout

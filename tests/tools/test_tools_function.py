@@ -123,3 +123,26 @@ def test_unusable_signatures_are_rejected_at_definition():
 def test_parse_docstring_without_sections():
     assert parse_docstring("Just a line.") == ("Just a line.", {})
     assert parse_docstring(None) == ("", {})
+
+
+def test_a_function_without_hints_or_docstring_is_warned_about_once(caplog):
+    def bare_lookup(query, k: int = 3):
+        return query
+
+    def bare_doc(query: str):
+        return query
+
+    with caplog.at_level("WARNING", logger="rlfactory.tools"):
+        tool = function_tool(bare_lookup)
+        function_tool(bare_lookup)  # the same function again: no second warning
+        function_tool(bare_doc)
+        function_tool(add)  # typed and documented: nothing to say
+    assert tool.parameters["properties"]["query"] == {}  # what the model would see as `any`
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        f"python tool 'bare_lookup' ({__name__}:test_a_function_without_hints_or_docstring_is_warned_about_once."
+        "<locals>.bare_lookup): no type hint on query (the model sees `any`); no docstring (the model sees no "
+        "description)",
+        f"python tool 'bare_doc' ({__name__}:test_a_function_without_hints_or_docstring_is_warned_about_once."
+        "<locals>.bare_doc): no docstring (the model sees no description)",
+    ]

@@ -22,7 +22,10 @@ def test_json_yaml_and_dict_forms_agree(tmp_path):
     a = load_mcp_config(tmp_path / "m.json")
     b = load_mcp_config(str(tmp_path / "m.yaml"))
     c = load_mcp_config({"mcpServers": SERVERS})
-    assert a == b == c
+    assert a == b
+    # a stdio server from a file runs in the file's folder; an inline one where rlfactory runs
+    assert a["calc"].cwd == str(tmp_path.resolve()) and c["calc"].cwd is None
+    assert {n: s.model_copy(update={"cwd": None}) for n, s in a.items()} == c
     assert a["calc"].transport == "stdio" and a["calc"].env == {"K": "1"}
     assert a["calc"].executable() == sys.executable  # bare `python` is this interpreter
     assert a["web"].transport == "streamable-http" and a["web"].include == ["search"] and a["web"].cache is False
@@ -103,3 +106,55 @@ def test_run_config_resolves_mcp_path_next_to_the_config(tmp_path):
 def test_inline_mcp_in_tools_config():
     cfg = ToolsConfig(mcp={"mcpServers": SERVERS})
     assert set(load_mcp_config(cfg.mcp)) == {"calc", "web", "events"}
+
+
+def test_check_commands_names_a_missing_command_and_the_closest_one(tmp_path):
+    from rlfactory.tools.mcp_config import check_commands
+
+    p = tmp_path / "mcp.json"
+    p.write_text(json.dumps({"mcpServers": {"ok": {"command": "python", "args": ["x.py"]},
+                                            "web": {"url": "http://127.0.0.1:1/mcp"},
+                                            "typo": {"command": "pythn"}}}))
+    with pytest.raises(ConfigError) as e:
+        check_commands(p)
+    assert str(e.value) == f"{p}: mcpServers.typo.command: 'pythn' not found in PATH; did you mean 'python'?"
+    p.write_text(json.dumps({"mcpServers": {"local": {"command": "./serve.sh"}}}))
+    with pytest.raises(ConfigError, match=r"mcpServers.local.command: './serve.sh' not found in .* \(the server's cwd\)"):
+        check_commands(p)
+    (tmp_path / "serve.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "serve.sh").chmod(0o755)
+    check_commands(p)  # relative to the config's folder, wherever rlfactory runs
+    check_commands(None)
+
+
+def test_relative_args_are_taken_from_the_config_files_folder(tmp_path, monkeypatch):
+    import asyncio
+
+    from rlfactory.tools import ToolCall, ToolRunner
+
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("from the config's folder")
+    (folder / "server.py").write_text(
+        "from mcp.server.mcpserver import MCPServer\n"
+        "server = MCPServer('notes', log_level='WARNING')\n"
+        "@server.tool()\n"
+        "async def read() -> str:\n"
+        "    '''Read the notes.'''\n"
+        "    return open('notes.txt').read()\n"
+        "server.run('stdio')\n")
+    (folder / "mcp.json").write_text(json.dumps({"mcpServers": {"notes": {"command": "python", "args": ["server.py"]}}}))
+    (folder / "run.yaml").write_text(
+        "tools:\n  mcp:\n    mcpServers:\n      inline: {command: python, args: [server.py]}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    inline_tools = load_config(RunConfig, folder / "run.yaml").tools  # an inline config: the run config's folder
+
+    async def main():
+        for cfg in (ToolsConfig(mcp=str(folder / "mcp.json")), inline_tools):
+            async with ToolRunner.from_config(cfg) as runner:
+                result = await runner.call(ToolCall("read", {}))
+            assert result.text == "from the config's folder", result
+
+    asyncio.run(main())

@@ -4,6 +4,13 @@ Scoring follows Lucene/Pyserini: idf = ln(1 + (N - n + 0.5) / (n + 0.5)), term w
 idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)), defaults k1 = 0.9, b = 0.4.
 Tokens are lower-cased alphanumeric runs without Lucene's English stop words. Ties are broken by
 corpus order, so results are deterministic.
+
+For a corpus of your own (JSON lines, one `{"id", "contents"}` per line, the first line of
+`contents` being the title), `BM25Corpus` is search in one line and a tool in two:
+
+    corpus = BM25Corpus.from_jsonl("corpus.jsonl")
+    corpus.search_text("who founded Hessvik", k=2)       # Search-R1's "Doc 1(Title: ...) ..." text
+    EnvTools(python=[corpus.as_tool(topk=2)])            # a typed, documented `search` tool
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -93,3 +100,41 @@ def load_corpus(path: str | Path) -> list[dict[str, Any]]:
             doc.setdefault("id", str(n - 1))
             docs.append(doc)
     return docs
+
+
+class BM25Corpus:
+    """BM25 search over a list of `{"id", "contents"}` documents, in this process."""
+
+    def __init__(self, docs: list[dict[str, Any]], k1: float = 0.9, b: float = 0.4) -> None:
+        self.docs = docs
+        self.index = BM25Index([d["contents"] for d in docs], k1, b)
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path, k1: float = 0.9, b: float = 0.4) -> "BM25Corpus":
+        """A corpus from a JSON-lines file (Search-R1's format, see `load_corpus`)."""
+        return cls(load_corpus(path), k1, b)
+
+    def search(self, query: str, k: int = 3) -> list[dict[str, Any]]:
+        """The `k` best documents for `query`, best first."""
+        return [self.docs[i] for i, _ in self.index.search(query, k)]
+
+    def search_text(self, query: str, k: int = 3) -> str:
+        """The `k` best documents as Search-R1 shows them to the model: `Doc 1(Title: t) text`, a line each."""
+        from rlfactory.envs.search.mcp_server import format_results
+
+        return format_results(self.search(query, k))
+
+    def as_tool(self, topk: int = 3, name: str = "search",
+                description: str = "Search the corpus and return the top passages.") -> Callable[..., Any]:
+        """A tool for `EnvTools(python=[...])`: `name(query: str) -> str`, answering `search_text`."""
+        from rlfactory.tools.function import function_tool
+
+        async def search(query: str) -> str:
+            """Search the corpus.
+
+            Args:
+                query: What to look up, e.g. a name from the question.
+            """
+            return self.search_text(query, topk)
+
+        return function_tool(search, name=name, description=description)

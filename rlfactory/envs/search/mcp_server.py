@@ -1,9 +1,12 @@
 """The MCP `search` tool: asks a Search-R1-style retriever, answers Search-R1's passage text.
 
     python -m rlfactory.envs.search.mcp_server --url http://127.0.0.1:8000 [--topk 3]
+    python -m rlfactory.envs.search.mcp_server --corpus corpus.jsonl [--topk 3]
 
-Runs over stdio. Each call posts `{"queries": [query], "topk": k, "return_scores": true}` to
-`URL/retrieve` and formats the documents like Search-R1's `_passages2string`:
+Runs over stdio. With `--corpus` it searches a JSON-lines corpus itself (BM25, in the server's
+process; a relative path is taken from the MCP config's folder). With `--url` each call posts
+`{"queries": [query], "topk": k, "return_scores": true}` to `URL/retrieve`. Either way the
+documents are formatted like Search-R1's `_passages2string`:
 `Doc 1(Title: Kalo Mire) Kalo Mire was born in ...` one line per document.
 """
 
@@ -46,6 +49,22 @@ def search_sync(url: str, query: str, topk: int = 3, timeout_s: float = 30.0) ->
     return format_results(r.json()["result"][0])
 
 
+def build_corpus_server(corpus: str, topk: int = 3):
+    """The same `search` tool over a JSON-lines corpus searched in this process (BM25)."""
+    from mcp.server.mcpserver import MCPServer
+
+    from rlfactory.envs.search.bm25 import BM25Corpus
+
+    index = BM25Corpus.from_jsonl(corpus)
+    server = MCPServer("search", log_level="WARNING")
+
+    @server.tool(description="Search the knowledge corpus and return the top passages.", structured_output=False)
+    async def search(query: Annotated[str, Field(description="What to look up, e.g. a name from the question.")]) -> str:
+        return index.search_text(query, topk)
+
+    return server
+
+
 def build_server(url: str, topk: int = 3, timeout_s: float = 30.0):
     from mcp.server.mcpserver import MCPServer
 
@@ -66,13 +85,16 @@ def build_server(url: str, topk: int = 3, timeout_s: float = 30.0):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="MCP search tool over a Search-R1-style retriever")
-    ap.add_argument("--url", required=True, help="retriever base URL, e.g. http://127.0.0.1:8000")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="retriever base URL, e.g. http://127.0.0.1:8000")
+    where.add_argument("--corpus", help="a JSON-lines corpus ({id, contents} per line) to search in this process")
     ap.add_argument("--topk", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=30.0)
     a = ap.parse_args(argv)
     from rlfactory.tools.servers._serve import serve
 
-    serve(build_server(a.url, a.topk, a.timeout), [])  # stdio, with rlfactory's lighter pipe loop
+    server = build_corpus_server(a.corpus, a.topk) if a.corpus else build_server(a.url, a.topk, a.timeout)
+    serve(server, [])  # stdio, with rlfactory's lighter pipe loop
     return 0
 
 

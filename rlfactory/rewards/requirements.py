@@ -1,0 +1,78 @@
+"""What a reward reads from the dataset rows, checked before the first step.
+
+A rule term that compares against the reference answers (`exact_match`, `f1`, ...: any term
+whose signature takes `references`) scores 0 on a row without one, silently. `check_rows` finds
+the first such row and says which row, which field is missing and which fields the row has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable, Iterable
+
+from rlfactory.rewards.text import REFERENCE_KEYS
+
+
+@dataclass
+class RowNeeds:
+    """What of a row a reward reads: the reference answers (read by the parts named in
+    `reads_references`, through the reward's `references` function)."""
+
+    reads_references: list[str] = field(default_factory=list)
+    references: Callable[[Any], list[str]] | None = None
+
+
+def row_needs(reward: Any) -> RowNeeds:
+    """What `reward` (rule, judge or composed; of other rewards nothing can be told) needs."""
+    from rlfactory.rewards.compose import ComposedReward
+    from rlfactory.rewards.judge import JudgeReward
+    from rlfactory.rewards.rule import _TERMS, RuleReward
+
+    needs = RowNeeds()
+    parts = [reward]
+    while parts:
+        part = parts.pop(0)
+        if isinstance(part, ComposedReward):
+            parts += [r for r, _ in part.parts.values()]
+        elif isinstance(part, RuleReward):
+            readers = [n for n in part.weights if "references" in _TERMS[n].params]
+            if readers:
+                needs.reads_references += readers
+                needs.references = part.references
+        elif isinstance(part, JudgeReward) and "{reference}" in (part.template or ""):
+            needs.reads_references.append("judge")
+            needs.references = part.references
+    return needs
+
+
+def row_problem(needs: RowNeeds, info: dict[str, Any]) -> str | None:
+    """Why one row (its `Trajectory.info`) cannot be scored as configured, or None."""
+    if needs.reads_references and needs.references is not None:
+        refs = needs.references(SimpleNamespace(info=info, segments=[], tool_calls=[], status="ok", turns=0))
+        if not [r for r in refs if str(r).strip()]:
+            return (f"has no reference answer, which {', '.join(needs.reads_references)} compare(s) against: "
+                    f"give it one of the fields {', '.join(REFERENCE_KEYS)} (a string or a list of strings) "
+                    "or reward_model.ground_truth")
+    return None
+
+
+def check_rows(reward: Any, infos: Iterable[dict[str, Any]], where: str) -> str | None:
+    """The first problem over `infos` (one per row, as the env's `info(row)` returns them) as one
+    line starting with `where` (e.g. "env 'wiki': train row"), or None when every row can be scored."""
+    needs = row_needs(reward)
+    if not needs.reads_references:
+        return None
+    bad: list[tuple[int, dict[str, Any], str]] = []
+    total = 0
+    for i, info in enumerate(infos):
+        total += 1
+        problem = row_problem(needs, info)
+        if problem is not None:
+            bad.append((i, info, problem))
+    if not bad:
+        return None
+    i, info, problem = bad[0]
+    ident = f" (id {info['id']!r})" if "id" in info else ""
+    return (f"{where} {i}{ident} {problem}; the row has: {', '.join(sorted(map(str, info))) or 'no fields'} "
+            f"({len(bad)} of {total} rows)")

@@ -1,0 +1,213 @@
+"""A newcomer's usual mistakes, each ending the command with one clear line before any model loads.
+
+Each test writes a small env module of its own (a uniquely named file next to its config, as a
+user would) and runs the real command; `load_model` is replaced by a function that fails the
+test, so a command that got as far as loading the model fails loudly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rlfactory.cli.main import main
+
+ENV = '''
+from rlfactory.envs import Env, EnvTools, register_env
+from rlfactory.rewards import RuleReward
+
+
+async def lookup(query: str) -> str:
+    """Look a word up.
+
+    Args:
+        query: The word.
+    """
+    return "found " + query
+
+
+@register_env("{registered}")
+class NoteEnv(Env):
+    max_turns = 3
+
+    def load_split(self, split):
+        return [{{"id": "r0", "question": "What is a?", "{answer_key}": "a"}}]
+
+    def reset(self, row):
+        return [{{"role": "user", "content": row["question"]}}]
+
+    def tools(self):
+        return EnvTools(python=[lookup])
+
+    def reward(self):
+        return RuleReward({{"{term}": 1.0}})
+'''
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """Writes an env module and a config into tmp_path; returns a function doing so. Restores
+    sys.path and sys.modules afterwards (each test's module has a name of its own)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded before the mistake was reported")
+
+    monkeypatch.setattr("rlfactory.rollout.build.load_model", no_model)
+
+    def write(config: str = "", *, answer_key: str = "answer", term: str = "exact_match", env_source: str | None = None):
+        module = f"newcomer_env_{next(_names)}"
+        source = env_source if env_source is not None else ENV
+        (tmp_path / f"{module}.py").write_text(
+            source.format(registered=module, answer_key=answer_key, term=term), encoding="utf-8")
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(textwrap.dedent(f"""\
+            model: {{path: tiny:1m, family: qwen3}}
+            env: {{name: "{module}:NoteEnv"}}
+            trainer: {{run_dir: {tmp_path / "run"}}}
+            """) + textwrap.dedent(config).replace("MODULE", module), encoding="utf-8")
+        return str(cfg), module
+
+    yield write
+    for name in set(sys.modules) - before:
+        if name.startswith("newcomer_env_"):
+            del sys.modules[name]
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("rlfactory: config error: ")
+    return err[0]
+
+
+def rollout(cfg: str, tmp_path: Path, *overrides: str) -> int:
+    return main(["rollout", cfg, "--out", str(tmp_path / "out.jsonl"), *overrides])
+
+
+def test_env_module_typo_suggests_the_module(scratch, tmp_path, capsys):
+    cfg, module = scratch()
+    assert rollout(cfg, tmp_path, f"env.name={module[:-1]}x:NoteEnv") == 2
+    line = one_line(capsys)
+    assert f"env.name: no module named '{module[:-1]}x'; did you mean '{module}'?" in line
+
+
+def test_env_class_typo_suggests_the_class(scratch, tmp_path, capsys):
+    cfg, module = scratch()
+    assert rollout(cfg, tmp_path, f"env.name={module}:NoteEnvv") == 2
+    line = one_line(capsys)
+    assert f"env.name: '{module}' has no class 'NoteEnvv'; did you mean 'NoteEnv'?" in line
+    assert str(tmp_path / f"{module}.py") in line
+
+
+def test_a_registered_name_is_reachable_through_env_module(scratch, tmp_path, capsys):
+    cfg, module = scratch()
+    assert rollout(cfg, tmp_path, f"env.name={module}") == 2
+    assert "env.module" in one_line(capsys)
+    # with the module named, the registered name works (the tools command builds the env)
+    assert main(["tools", "list", "--config", cfg, f"env.module={module}", f"env.name={module}"]) == 0
+    assert "lookup  [python: env]" in capsys.readouterr().out
+    assert rollout(cfg, tmp_path, f"env.module={module[:-1]}x", f"env.name={module}") == 2
+    assert f"env.module: no module named '{module[:-1]}x'; did you mean '{module}'?" in one_line(capsys)
+
+
+def test_a_module_that_fails_to_import_is_named_with_file_and_line(scratch, tmp_path, capsys):
+    cfg, module = scratch(env_source="import json\nundefined_name\n")
+    assert rollout(cfg, tmp_path) == 2
+    line = one_line(capsys)
+    assert f"importing '{module}' failed: NameError" in line and f"{module}.py:2" in line
+
+
+def test_an_option_the_env_does_not_take_is_named(scratch, tmp_path, capsys):
+    source = ENV.replace("    max_turns = 3\n", "    max_turns = 3\n\n    def __init__(self, topk: int = 2):\n"
+                         "        self.topk = topk\n")
+    cfg, _ = scratch(env_source=source)
+    assert rollout(cfg, tmp_path, "env.options.topkk=3") == 2
+    assert "env.options: NoteEnv takes no option 'topkk'; did you mean 'topk'? (it takes: topk)" in one_line(capsys)
+
+
+def test_python_tool_name_typo_suggests_the_function(scratch, tmp_path, capsys):
+    cfg, module = scratch(config="tools: {python: ['MODULE:lookupp']}\n")
+    assert rollout(cfg, tmp_path) == 2
+    assert f"tools.python[0]: '{module}' has no function 'lookupp'; did you mean 'lookup'?" in one_line(capsys)
+
+
+def test_mcp_command_that_does_not_exist(scratch, tmp_path, capsys):
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"notes": {"command": "pythn", "args": ["s.py"]}}}))
+    cfg, _ = scratch(config="tools: {mcp: mcp.json}\n")
+    assert rollout(cfg, tmp_path) == 2
+    line = one_line(capsys)
+    assert f"{tmp_path / 'mcp.json'}: mcpServers.notes.command: 'pythn' not found in PATH; did you mean 'python'?" in line
+    assert main(["train", cfg]) == 2
+    assert "mcpServers.notes.command" in one_line(capsys)
+    assert not (tmp_path / "run").exists()  # nothing written to the run directory
+
+
+def test_mcp_server_that_dies_at_start_up(scratch, tmp_path, capsys):
+    servers = {"notes": {"command": "python", "args": ["missing.py"]}}
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    cfg, _ = scratch(config="tools: {mcp: mcp.json}\n")
+    assert rollout(cfg, tmp_path) == 2
+    line = one_line(capsys)
+    assert f"tools.mcp ({tmp_path / 'mcp.json'}): MCP server(s) failed to start: notes:" in line
+    assert f"can't open file '{tmp_path / 'missing.py'}'" in line  # args are taken from mcp.json's folder
+
+
+def test_reward_term_typo_inside_the_env_names_the_env_file(scratch, tmp_path, capsys):
+    cfg, module = scratch(term="exact_mach")
+    assert rollout(cfg, tmp_path) == 2
+    line = one_line(capsys)
+    assert f"env.name: '{module}:NoteEnv': reward() raised ValueError: unknown reward term 'exact_mach'; " \
+           "did you mean 'exact_match'?" in line
+    assert f"{module}.py:" in line
+
+
+def test_reward_term_typo_in_the_config(scratch, tmp_path, capsys):
+    cfg, _ = scratch(config="reward: {terms: {fromat: 0.1}}\n")
+    assert main(["eval", cfg, "--model", "tiny:1m"]) == 2
+    assert "unknown reward term 'fromat'; did you mean 'format'?" in one_line(capsys)
+
+
+def test_two_turn_limits_that_disagree(scratch, tmp_path, capsys):
+    cfg, _ = scratch(config="env: {options: {max_turns: 2}}\nrollout: {max_turns: 4}\n")
+    assert rollout(cfg, tmp_path) == 2
+    assert "rollout.max_turns=4 and env.options.max_turns=2 disagree" in one_line(capsys)
+
+
+def test_sft_and_train_stop_on_the_same_mistakes(scratch, tmp_path, capsys):
+    cfg, module = scratch()
+    assert main(["sft", cfg, f"env.name={module}:NoteEnvv"]) == 2
+    assert "did you mean 'NoteEnv'?" in one_line(capsys)
+    assert main(["train", cfg, f"env.name={module}:NoteEnvv"]) == 2
+    assert "did you mean 'NoteEnv'?" in one_line(capsys)
+    assert not (tmp_path / "run").exists()  # config.yaml is written only once the run is valid
+
+
+def test_rows_without_the_answer_the_reward_reads(scratch, tmp_path, capsys):
+    cfg, module = scratch(answer_key="label")
+    assert rollout(cfg, tmp_path) == 2
+    line = one_line(capsys)
+    assert (f"env '{module}:NoteEnv': test row 0 (id 'r0') has no reference answer, which exact_match compare(s) "
+            "against: give it one of the fields ground_truth, answer,") in line
+    assert "the row has: id, label, question (1 of 1 rows)" in line
+    assert not (tmp_path / "out.jsonl").exists()
+    assert main(["train", cfg, "trainer.steps=1"]) == 2
+    assert "train row 0 (id 'r0') has no reference answer" in one_line(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_rlfactory_traceback_shows_what_is_behind_the_line(scratch, tmp_path, capsys, monkeypatch):
+    cfg, module = scratch(term="exact_mach")
+    monkeypatch.setenv("RLFACTORY_TRACEBACK", "1")
+    assert rollout(cfg, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and f"{module}.py" in err
+    assert err.strip().splitlines()[-1].startswith("rlfactory: config error: env.name:")
