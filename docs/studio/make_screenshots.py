@@ -1,6 +1,11 @@
-"""Screenshots of the studio for the README, taken in headless Chromium on a real tiny run.
+"""Screenshots of the studio for the README, taken in headless Chromium on real runs.
 
-    .venv/bin/python docs/studio/make_screenshots.py      # writes docs/studio/*.png
+    .venv/bin/python docs/studio/make_screenshots.py [--run RUN_DIR]     # writes docs/studio/*.png
+
+Two short tiny-model runs (different learning rates) are trained for the runs page; `--run` names
+a finished run of your own (the README's come from the SmolLM2 calculator experiment's GRPO run,
+runs/smollm2_calculator/grpo) for the metrics and trajectory pages; without it those pages show
+the first tiny run.
 """
 
 from __future__ import annotations
@@ -24,12 +29,22 @@ CALC = ["examples/rollout_calculator.yaml", "reward.terms={numeric: 1.0, format:
 
 
 def main() -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", default=None, help="a finished run folder for the metrics and trajectory pages")
+    args = ap.parse_args()
     runs = Path(tempfile.mkdtemp(prefix="studio-shots-")) / "runs"
+    shown, step = "calculator-lr1e-3", 12
     env = dict(os.environ, PYTHONPATH=str(ROOT / "examples"))
     for name, steps in (("calculator-lr1e-3", 12), ("calculator-lr1e-4", 8)):
         extra = ["trainer.lr=1e-4"] if name.endswith("1e-4") else []
         subprocess.run([sys.executable, "-m", "rlfactory.cli.main", "train", *CALC, *extra, f"trainer.steps={steps}",
                         f"trainer.run_dir={runs / name}"], cwd=ROOT, env=env, check=True, capture_output=True)
+    if args.run:
+        shown = "smollm2-calculator-grpo"
+        shutil.copytree(Path(args.run), runs / shown, ignore=shutil.ignore_patterns("checkpoints"))
+        step = max(int(p.stem.split("_")[1]) for p in (runs / shown / "trajectories").glob("step_*.jsonl"))
     proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "ui", "--runs", str(runs), "--port", "0", "--token", TOKEN],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     url = next(m.group(1) for line in proc.stdout if (m := re.search(r"open (http://\S+)/\?token=", line)))
@@ -48,11 +63,11 @@ def main() -> int:
             pg.wait_for_function("Number(document.querySelector('#compare-box .chart').dataset.points) >= 8", timeout=60000)
             time.sleep(0.5)
             pg.screenshot(path=str(OUT / "runs.png"))
-            pg.goto(f"{url}/#/run/calculator-lr1e-3")
+            pg.goto(f"{url}/#/run/{shown}")
             pg.wait_for_selector(".chart[data-title='Reward']")
             time.sleep(0.8)
             pg.screenshot(path=str(OUT / "metrics.png"))
-            pg.goto(f"{url}/#/run/calculator-lr1e-3?tab=traj&step=12&i=0")
+            pg.goto(f"{url}/#/run/{shown}?tab=traj&step={step}&i=0")
             pg.wait_for_selector("#segments .seg.model .tok.m")
             pg.select_option("#color-by", "lp")
             pg.hover("#segments .seg.model .tok.m >> nth=6")

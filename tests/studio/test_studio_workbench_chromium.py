@@ -19,6 +19,35 @@ def _pick_source(page, label):
     page.wait_for_function(f"document.querySelector('#yaml').value.includes({json.dumps('rollout_calculator')})")
 
 
+def test_an_older_config_check_answering_late_does_not_hide_a_newer_verdict(page, studio):
+    """Checks run in a thread pool, so answers may arrive out of order: the verdict shown is the
+    answer to the latest check sent (the check of the loaded YAML, held back here until the
+    check with the overrides has been answered and shown, must not overwrite it)."""
+    held = []
+
+    def hold_the_first(route):
+        if not held and "trainer.stepz" not in (route.request.post_data or ""):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.goto(f"{studio.url}/#/new")
+    page.wait_for_selector("#config-ok, #config-errors")
+    page.route("**/api/config/check", hold_the_first)
+    _pick_source(page, "examples/rollout_calculator.yaml")  # its check is held
+    deadline = time.monotonic() + 30
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert held, "the check of the loaded YAML was never sent"
+    page.fill("#overrides", "trainer.stepz=3")
+    page.wait_for_selector("#config-errors li[data-key='trainer.stepz']")
+    held[0].continue_()  # the older check answers now: "valid"
+    page.wait_for_timeout(1000)
+    assert page.query_selector("#config-errors li[data-key='trainer.stepz']") is not None
+    assert page.query_selector("#config-ok") is None
+    page.unroute("**/api/config/check")
+
+
 def test_new_run_shows_config_errors_inline_launches_stops_and_resumes(page, studio, runs_root):
     page.goto(f"{studio.url}/#/new")
     page.wait_for_selector("#config-ok, #config-errors")

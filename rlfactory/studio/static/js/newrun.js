@@ -42,15 +42,18 @@ export async function newRunPage(app, _rest, params) {
     gutter.scrollTop = text.scrollTop;
   };
   text.addEventListener("scroll", () => { gutter.scrollTop = text.scrollTop; });
+  let checks = 0;  // answers may come back out of order: only the latest check's answer is shown
   const check = async () => {
+    const mine = ++checks;
     try {
       const r = await api("/api/config/check", { text: text.value, overrides: lines(), source: source.value });
+      if (mine !== checks) return r.ok;
       paintGutter(r.issues);
       verdict.replaceChildren(r.ok ? h("div", { class: "ok-box", id: "config-ok" }, "Config is valid.")
         : h("div", { class: "error-box", id: "config-errors" }, "invalid config:",
           h("ul", { class: "issues" }, r.issues.map(i => h("li", { dataset: { key: i.key } }, h("code", {}, i.key), " ", i.message, i.line ? h("span", { class: "muted" }, ` (line ${i.line})`) : null)))));
       return r.ok;
-    } catch (e) { verdict.replaceChildren(errorBox(e)); return false; }
+    } catch (e) { if (mine === checks) verdict.replaceChildren(errorBox(e)); return false; }
   };
   const checkSoon = debounce(check, 400);
   text.addEventListener("input", () => { paintGutter(); checkSoon(); });
