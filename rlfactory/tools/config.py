@@ -66,7 +66,8 @@ class ToolsConfig(Section):
     """Crashes of a server within `crash_window_s` that open its circuit."""
     crash_window_s: float = Field(60.0, gt=0)
     circuit_cooldown_s: float = Field(30.0, ge=0)
-    """While a circuit is open, calls to that server fail fast."""
+    """While a circuit is open, calls to that server fail fast; a server that failed to start is
+    not tried again before this has passed (the other servers serve as usual meanwhile)."""
     per_tool: dict[str, ToolOptions] = {}
     """Overrides by tool name, e.g. `{search: {timeout_s: 60, cache: false}}`."""
 

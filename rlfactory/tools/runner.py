@@ -136,13 +136,6 @@ class ToolRunner:
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> "ToolRunner":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def __aenter__(self) -> "ToolRunner":
         try:
             await self.start()
         except BaseException:
