@@ -148,8 +148,9 @@ class ToolRunner:
 
     async def start(self) -> None:
         """Start (or connect to) every MCP server and list its tools, all at once, each within its
-        start-up timeout. Raises `ToolStartError` naming each server that failed and why; the
-        servers that did start keep serving their tools until `aclose()`."""
+        start-up timeout. Raises `ToolStartError` naming each server that failed and why, after
+        stopping the servers that did start (calls made anyway start them again, one attempt each,
+        and try a failed server again only after `tools.circuit_cooldown_s`)."""
         if self._closed:
             raise ToolStartError("the runner is closed")
         attempts = self._servers.start_missing(respect_cooldown=False)
@@ -160,7 +161,11 @@ class ToolRunner:
             await asyncio.shield(self._servers.aclose())
             raise
         if not self._servers.all_up:
-            raise ToolStartError(f"MCP server(s) failed to start: {self._servers.down()}")
+            error = ToolStartError(f"MCP server(s) failed to start: {self._servers.down()}")
+            await self._servers.reset()
+            self._made = {key: e for key, e in self._made.items() if e.server is None}
+            self._reindex()
+            raise error
 
     async def aclose(self) -> None:
         """Stop every server; no subprocess outlives this (a SIGKILL backs up the polite shutdown)."""

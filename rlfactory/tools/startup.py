@@ -24,6 +24,7 @@ class ServerStarts:
     def __init__(
         self, cfgs: dict[str, ServerConfig], policy: SupervisionPolicy, cooldown_s: float, on_up: Callable[[], None]
     ) -> None:
+        self._cfgs, self._policy = cfgs, policy
         self.connections: dict[str, ServerConnection | ServerPool] = {n: connect(n, c, policy) for n, c in cfgs.items()}
         self.up: set[str] = set()
         self.errors: dict[str, str] = {}  # server -> why its last start failed
@@ -90,9 +91,22 @@ class ServerStarts:
         self.up.add(name)
         self._on_up()
 
+    async def reset(self) -> None:
+        """Stop every server and start over with fresh connections, none up; the failures and
+        their cool-downs are kept (a later call starts the servers again, one attempt each)."""
+        await self._stop_all()
+        self.up.clear()
+        self._tasks.clear()
+        self.connections.clear()  # the same dict: the runner shows it as `connections`
+        self.connections.update({n: connect(n, c, self._policy) for n, c in self._cfgs.items()})
+
     async def aclose(self) -> None:
-        """Stop every attempt and every server; SIGKILL backs up the polite stop."""
+        """Stop every attempt and every server, for good."""
         self._closed = True
+        await self._stop_all()
+
+    async def _stop_all(self) -> None:
+        """Cancel the attempts and stop every server; SIGKILL backs up the polite stop."""
         tasks = list(self._tasks.values())
         for t in tasks:
             t.cancel()

@@ -51,7 +51,7 @@ def test_a_mute_server_costs_only_its_own_calls_each_within_its_timeout(tmp_path
     asyncio.run(main())
 
 
-def test_start_names_the_mute_server_and_keeps_the_healthy_one(tmp_path):
+def test_start_names_the_mute_server_and_calls_made_anyway_still_reach_the_healthy_one(tmp_path):
     starts = tmp_path / "starts"
     mcp = {"mcpServers": {"mute": mute(starts, 1.0), "echo": server("echo")}}
 
@@ -63,10 +63,13 @@ def test_start_names_the_mute_server_and_keeps_the_healthy_one(tmp_path):
                 raise AssertionError("start() should have failed")
             except ToolStartError as e:
                 assert "mute" in str(e) and "start-up timeout of 1s" in str(e) and "echo" not in str(e)
-            assert [s.name for s in r.specs()] == ["echo", "sleep", "pid"]
+            assert r.server_pids() == {}  # a failed start leaves nothing running
+            # calls made anyway start the healthy server again; the mute one waits out its cool-down
             assert (await r.call(ToolCall("echo", {"text": "served"}))).text == "served"
+            assert [s.name for s in r.specs()] == ["echo", "sleep", "pid"]
             unknown = await r.call(ToolCall("nope"))
             assert unknown.status == CRASHED and "mute" in unknown.text  # it might be the mute server's
+            assert starts.read_text().count("started") == 1
         finally:
             await r.aclose()
 
