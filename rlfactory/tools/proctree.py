@@ -63,8 +63,10 @@ async def _try_unshare() -> list[str] | None:
 
 
 def _parent_pids() -> dict[int, int]:
-    """pid -> parent pid of every process visible in /proc."""
+    """pid -> parent pid of every process visible in /proc (none where there is no /proc)."""
     parents: dict[int, int] = {}
+    if not os.path.isdir("/proc"):
+        return parents
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -140,3 +141,24 @@ def test_a_server_that_exits_while_a_grandchild_holds_its_stdout_is_noticed_at_o
 
     asyncio.run(main())
     assert wait_gone(processes_marked(token), timeout=2.0) == []
+
+
+def test_the_proc_sweep_spares_a_worker_this_process_forked():
+    # A worker forked by the trainer after a server started (a DataLoader worker, say) holds copies
+    # of the server's pipes too; it is this process's, not the server's, and must survive the sweep.
+    async def main():
+        async with ToolRunner(config=ToolsConfig(isolate_server_pids=False), mcp={"mcpServers": {"echo": server("echo")}}) as r:
+            server_pid = r.server_pids()["echo"]
+            worker = os.fork()
+            if worker == 0:  # the worker: holds what it inherited, does nothing
+                time.sleep(60)
+                os._exit(0)
+        return server_pid, worker
+
+    server_pid, worker = asyncio.run(main())
+    try:
+        assert wait_gone([server_pid]) == []
+        assert pid_alive(worker)
+    finally:
+        os.kill(worker, signal.SIGKILL)
+        os.waitpid(worker, 0)
