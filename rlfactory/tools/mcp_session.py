@@ -278,6 +278,7 @@ class StdioSession:
                 rest = chunk[start:]
                 if over is not None:
                     over.add(rest)
+                    self.last_heard = time.monotonic()  # a long answer on its way is a sign of life
                 elif rest:
                     buf += rest
                     if len(buf) > limit:

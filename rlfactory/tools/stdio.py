@@ -181,8 +181,8 @@ class StdioProcess:
     async def _after_exit(self) -> None:
         """The process is gone: read what it wrote, then close its pipes even if a leftover
         grandchild still holds them (and, without a namespace, kill those leftovers)."""
-        if not self.isolated:
-            proctree.kill_all(proctree.leftovers(self.pid, self._pipes, server_alive=False))
+        if not self.isolated:  # reading /proc takes a few ms per hundred processes: not on the loop
+            proctree.kill_all(await asyncio.to_thread(proctree.leftovers, self.pid, self._pipes, False))
         transport = getattr(self.process, "_transport", None)
         for fd in (1, 2):
             pipe = transport.get_pipe_transport(fd) if transport is not None else None
