@@ -2,10 +2,11 @@
 
 Setup: rlfactory's tiny 1M Qwen3 model on CPU; one MCP tool `lookup`, an `async def` served by a
 real MCP stdio server subprocess (benchmarks/rollout_latency_server.py) whose latency is
-log-normal (median 0.3 s, sigma 1.0: ~1% of calls take over 3 s) and exactly 2% of whose calls
-hang until the runner's per-call timeout (--timeout; default 30 s, rlfactory's default
-`tools.timeout_s`) ends them: the calls whose query has the smallest SHA-256, i.e. a uniformly
-random 2% fixed in advance. 256 trajectories of up to 4 model turns.
+log-normal (median 0.3 s, sigma 1.0: ~1% of calls take over 3 s) and a given share of whose calls
+(--hang-rates: 0% and 2%) hang until the runner's per-call timeout (--timeouts: 10 s and 30 s,
+rlfactory's default `tools.timeout_s`) ends them: the calls whose query has the smallest SHA-256,
+i.e. a uniformly random share fixed in advance. 256 trajectories of up to 4 model turns. Every
+combination of timeout and hang rate is one workload; each is measured on its own.
 
 What is forced (the random tiny model never writes a tool call by itself): a ScriptedPolicy
 logits processor. Trajectory i makes 1-3 tool calls (from a hash of i), one per turn, then answers.
@@ -16,22 +17,26 @@ end-of-turn tokens banned), followed by forced tokens: the `<tool_call>` block
 mode, so every mode meets exactly the same tool latencies.
 
 Figures, all measured in this run:
-  (a) engine wall time vs lock-step with each turn's tool calls run one after another  (>= 10x)
-  (b) engine wall time vs lock-step with each turn's tool calls run concurrently       (>= 2x)
+  table: engine wall time vs lock-step with each turn's tool calls run concurrently, for every
+      timeout and hang rate (a hung call costs lock-step the whole timeout on every trajectory of
+      its turn, but the engine only that trajectory's, so the ratio grows with timeout and hang rate)
+  (a) engine vs lock-step with each turn's tool calls run one after another, on the workload with
+      the largest timeout and hang rate                                               (>= 10x)
+  (b) engine vs lock-step with each turn's tool calls run concurrently, on the workloads with no
+      hanging calls at all                                                            (>= 2x)
   (c) engine wall time / critical-path bound, the bound being the slowest trajectory's own
       generation time (prefill start to last token of each of its turns, in the shared batch)
-      plus its own tool time                                                           (<= 1.25)
+      plus its own tool time; on the workload with the largest timeout and hang rate  (<= 1.25)
   (d) generation tokens/s of the engine's LocalGenerator vs plain `model.generate` on the same
       batch (the 256 first-turn prompts, no tools, same sampling, same number of new tokens):
       overhead = 1 - ours / generate                                                   (<= 10%)
 
-Sensitivity (measured while building this, on the shared 2-core CPU): (b) depends on how much of
-a trajectory's time is generation rather than tool waiting. With a 10 s timeout and hangs drawn
-per call (which came out at 1.2% of calls) the engine was 1.2-1.8x faster than concurrent
-lock-step (10.1x for (a)), because the CPU-bound generation of the 1M model then makes up a
-third to half of the engine's critical path; (c) and (d) held in every run.
+Sensitivity: without hanging calls, (b) depends on how much of a trajectory's time is generation
+rather than tool waiting: the CPU-bound generation of the 1M model is most of the engine's
+critical path there, so the engine's generation cost per decode step decides (b). The load
+average is printed: the machine may be shared, and generation slows under load.
 
-Run:  .venv/bin/python benchmarks/rollout.py [--trajectories 256] [--threads 1]
+Run:  .venv/bin/python benchmarks/rollout.py [--trajectories 256] [--threads 1] [--timeouts 10,30] [--hang-rates 0,0.02]
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import os
 import platform
 import sys
 import tempfile
@@ -169,43 +175,75 @@ def check_same_calls(a, b):
     assert sig(a) == sig(b), "modes made different tool calls"
 
 
-async def main_async(args, model, tok, tm):
-    hangs = hang_file(args.trajectories)
+async def run_cell(args, model, tok, tm, timeout: float, hang_rate: float, sequential: bool):
+    """Every mode on one workload (tool timeout, hang rate): {mode: [(trajs, wall, stats) per run]}, specs."""
+    hangs = hang_file(args.trajectories, hang_rate)
     server = {"command": sys.executable, "args": [str(SERVER)], "env": {"LATENCY_HANG_FILE": hangs}}
-    mcp = {"mcpServers": {"latency": server}}
-    cfg = ToolsConfig(mcp=mcp, timeout_s=args.timeout, cache=False, max_concurrency=1024, retries=0)
-    results: dict[str, list] = {}
+    cfg = ToolsConfig(mcp={"mcpServers": {"latency": server}}, timeout_s=timeout, cache=False, max_concurrency=1024,
+                      retries=0)
+    runs: dict[str, list] = {}
     try:
-        return await run_modes(args, model, tok, tm, cfg, results)
+        async with ToolRunner.from_config(cfg) as runner:
+            specs = runner.specs()
+            print(f"[timeout {timeout:g} s, hang rate {100 * hang_rate:g}%] warm-up (32 other trajectories) ...", flush=True)
+            await rollout(args, model, tok, tm, runner, "async", "concurrent", count=32, first=10_000)
+            plan = [(ENGINE, "async", "concurrent"), (LOCKSTEP, "lockstep", "concurrent")]
+            plan = plan * args.rounds  # interleaved rounds; each mode's fastest is compared (the CPU is shared)
+            if sequential:
+                plan.append((SEQUENTIAL, "lockstep", "sequential"))
+            for name, mode, tools in plan:
+                print(f"  running {name} ...", flush=True)
+                runs.setdefault(name, []).append(await rollout(args, model, tok, tm, runner, mode, tools))
     finally:
         Path(hangs).unlink(missing_ok=True)
+    return runs, specs
 
 
-async def run_modes(args, model, tok, tm, cfg, results):
-    async with ToolRunner.from_config(cfg) as runner:
-        specs = runner.specs()
-        print("warm-up (32 other trajectories) ...", flush=True)
-        await rollout(args, model, tok, tm, runner, "async", "concurrent", count=32, first=10_000)
-        plan = [("engine (async)", "async", "concurrent"), ("lockstep, tools concurrent", "lockstep", "concurrent")]
-        plan = plan * args.rounds  # interleaved rounds; each mode's fastest is compared (the CPU is shared)
-        if not args.skip_sequential:
-            plan.append(("lockstep, tools sequential", "lockstep", "sequential"))
-        for name, mode, tools in plan:
-            print(f"running {name} ...", flush=True)
-            results.setdefault(name, []).append(await rollout(args, model, tok, tm, runner, mode, tools))
-    return results, specs
+ENGINE, LOCKSTEP, SEQUENTIAL = "engine (async)", "lockstep, tools concurrent", "lockstep, tools sequential"
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def report_cell(runs) -> dict:
+    """Print one workload's runs; return each mode's fastest run."""
+    results = {name: min(rs, key=lambda r: r[1]) for name, rs in runs.items()}
+    eng_trajs = results[ENGINE][0]
+    for rs in runs.values():
+        for trajs, _, _ in rs:
+            check_same_calls(eng_trajs, trajs)
+    lat = sorted(c.latency_s for c in eng_trajs_calls(eng_trajs))
+    n_calls = len(lat)
+    timeouts = sum(c.status == "timeout" for t in eng_trajs for c in t.tool_calls)
+    print(f"  tool calls per mode: {n_calls} ({timeouts} timed out = {100 * timeouts / max(n_calls, 1):.1f}%); latency "
+          f"p50 {lat[n_calls // 2]:.2f} s, p90 {lat[int(n_calls * 0.9)]:.2f} s, p99 {lat[int(n_calls * 0.99)]:.2f} s, "
+          f"max {lat[-1]:.2f} s; sum {sum(lat):.1f} s")
+    print("  wall seconds of every run: " + "; ".join(f"{n}: {', '.join(f'{r[1]:.2f}' for r in rs)}" for n, rs in runs.items()))
+    print(f"  {'mode (fastest run)':<28} {'wall s':>7} {'statuses':<10} {'tool calls':<20} {'gen tok':>7} {'prefill tok':>11} "
+          f"{'kept tok':>8} {'shared tok':>10} {'decode steps':>12} {'prefills':>8} {'gen busy s':>10}")
+    for name, (trajs, wall, stats) in results.items():
+        statuses, tool_status, _, tokens = describe(trajs, wall)
+        print(f"  {name:<28} {wall:>7.2f} {fmt(statuses):<10} {fmt(tool_status):<20} {tokens:>7} {stats['prefill_tokens']:>11} "
+              f"{stats['reused_tokens']:>8} {stats['shared_prefix_tokens']:>10} {stats['steps']:>12} {stats['prefills']:>8} "
+              f"{stats['busy_s']:>10.2f}")
+    print(f"  ({load()})", flush=True)
+    return results | {"_timeouts": timeouts, "_calls": n_calls}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trajectories", type=int, default=256)
-    p.add_argument("--timeout", type=float, default=30.0, help="per-call tool timeout, seconds")
+    p.add_argument("--timeouts", default="10,30", help="per-call tool timeouts to measure, seconds, comma-separated")
+    p.add_argument("--hang-rates", default="0,0.02", help="shares of calls that hang, comma-separated")
     p.add_argument("--gen-tokens", type=int, default=48, help="new tokens per sequence in (d)")
     p.add_argument("--reps", type=int, default=3, help="repetitions of each side of (d)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: best on a shared small CPU)")
     p.add_argument("--rounds", type=int, default=2, help="runs of the engine and of concurrent lock-step (fastest kept)")
     p.add_argument("--skip-sequential", action="store_true", help="skip the slowest baseline (smoke runs)")
     args = p.parse_args()
+    timeouts = sorted(float(x) for x in args.timeouts.split(","))
+    hang_rates = sorted(float(x) for x in args.hang_rates.split(","))
     torch.set_num_threads(args.threads)
     path = resolve_model("tiny:1m")
     tok = AutoTokenizer.from_pretrained(path)
@@ -213,45 +251,49 @@ def main() -> int:
     tm = make_tool_manager(tok, "qwen3")
     n_params = sum(p.numel() for p in model.parameters())
     print(f"rollout benchmark: {args.trajectories} trajectories of up to 4 turns; tiny:1m ({n_params / 1e6:.2f}M params), "
-          f"CPU, torch threads {args.threads}; python {platform.python_version()}, torch {torch.__version__}")
-    print(f"tool: MCP stdio server, async `lookup`: log-normal latency (median 0.3 s, sigma 1.0), 2% of calls hang; "
-          f"per-call timeout {args.timeout:g} s")
+          f"CPU ({os.cpu_count()} cores), torch threads {args.threads}; python {platform.python_version()}, "
+          f"torch {torch.__version__}; {load()} at start")
+    print("tool: MCP stdio server, async `lookup`: log-normal latency (median 0.3 s, sigma 1.0); a share of calls "
+          f"hangs (hang rates {', '.join(f'{100 * h:g}%' for h in hang_rates)}) until the per-call timeout "
+          f"({', '.join(f'{t:g} s' for t in timeouts)})")
 
-    runs, specs = asyncio.run(main_async(args, model, tok, tm))
-    results = {name: min(rs, key=lambda r: r[1]) for name, rs in runs.items()}
-    eng_trajs, eng_wall, eng_stats = results["engine (async)"]
-    for rs in runs.values():
-        for trajs, _, _ in rs:
-            check_same_calls(eng_trajs, trajs)
-    lat = sorted(c.latency_s for c in eng_trajs_calls(eng_trajs))
-    n_calls = len(lat)
-    timeouts = sum(c.status == "timeout" for t in eng_trajs for c in t.tool_calls)
-    print(f"tool calls per mode: {n_calls} ({timeouts} timed out = {100 * timeouts / max(n_calls, 1):.1f}%); latency "
-          f"p50 {lat[n_calls // 2]:.2f} s, p90 {lat[int(n_calls * 0.9)]:.2f} s, p99 {lat[int(n_calls * 0.99)]:.2f} s, "
-          f"max {lat[-1]:.2f} s; sum {sum(lat):.1f} s")
-    print()
-    print("wall seconds of every run: " + "; ".join(f"{n}: {', '.join(f'{r[1]:.2f}' for r in rs)}" for n, rs in runs.items()))
-    print(f"{'mode (fastest run)':<28} {'wall s':>7} {'statuses':<10} {'tool calls':<20} {'gen tok':>7} {'prefill tok':>11} "
-          f"{'kept tok':>8} {'shared tok':>10} {'decode steps':>12} {'prefills':>8} {'gen busy s':>10}")
-    for name, (trajs, wall, stats) in results.items():
-        statuses, tool_status, _, tokens = describe(trajs, wall)
-        print(f"{name:<28} {wall:>7.2f} {fmt(statuses):<10} {fmt(tool_status):<20} {tokens:>7} {stats['prefill_tokens']:>11} "
-              f"{stats['reused_tokens']:>8} {stats['shared_prefix_tokens']:>10} {stats['steps']:>12} {stats['prefills']:>8} "
-              f"{stats['busy_s']:>10.2f}")
+    # The original workload (the largest timeout and hang rate) also runs the sequential baseline (a) and gives (c).
+    main_cell = (timeouts[-1], hang_rates[-1])
+    cells: dict[tuple[float, float], dict] = {}
+    specs = None
+    for hang_rate in hang_rates:
+        for timeout in timeouts:
+            seq = (timeout, hang_rate) == main_cell and not args.skip_sequential
+            runs, specs = asyncio.run(run_cell(args, model, tok, tm, timeout, hang_rate, seq))
+            cells[(timeout, hang_rate)] = report_cell(runs)
+            print()
+
+    print("engine vs lock-step with each turn's tools concurrent (fastest run of each):")
+    print(f"  {'timeout':>7} {'hang rate':>9} {'timed out':>9} {'engine s':>8} {'lockstep s':>10} {'ratio':>6}")
+    for (timeout, hang_rate), r in cells.items():
+        print(f"  {timeout:>6g}s {100 * hang_rate:>8g}% {r['_timeouts']:>4}/{r['_calls']:<4} {r[ENGINE][1]:>8.2f} "
+              f"{r[LOCKSTEP][1]:>10.2f} {r[LOCKSTEP][1] / r[ENGINE][1]:>5.2f}x")
     print()
 
     checks = []
-    seq = results.get("lockstep, tools sequential")
+    base = cells[main_cell]
+    eng_trajs, eng_wall, _ = base[ENGINE]
+    seq = base.get(SEQUENTIAL)
     if seq is not None:
         r = seq[1] / eng_wall
-        checks.append(("(a) engine vs lock-step, tools one after another", f"{r:.1f}x faster", ">= 10x", r >= 10))
-    r = results["lockstep, tools concurrent"][1] / eng_wall
-    checks.append(("(b) engine vs lock-step, each turn's tools concurrent", f"{r:.2f}x faster", ">= 2x", r >= 2))
+        checks.append((f"(a) engine vs lock-step, tools one after another ({main_cell[0]:g} s timeout, "
+                       f"{100 * main_cell[1]:g}% hang)", f"{r:.1f}x faster", ">= 10x", r >= 10))
+    no_hang = [(t, r) for (t, h), r in cells.items() if h == 0]
+    for timeout, r in no_hang:
+        ratio = r[LOCKSTEP][1] / r[ENGINE][1]
+        checks.append((f"(b) engine vs lock-step, each turn's tools concurrent, no hanging calls ({timeout:g} s timeout)",
+                       f"{ratio:.2f}x faster", ">= 2x", ratio >= 2))
     crit = max(eng_trajs, key=lambda t: t.metrics["gen_s"] + t.metrics["tool_s"])
     bound = crit.metrics["gen_s"] + crit.metrics["tool_s"]
     r = eng_wall / bound
-    checks.append(("(c) engine wall / critical-path bound", f"{r:.3f} ({eng_wall:.2f} s / {bound:.2f} s: "
-                   f"{crit.id} gen {crit.metrics['gen_s']:.2f} s + tools {crit.metrics['tool_s']:.2f} s)", "<= 1.25", r <= 1.25))
+    checks.append((f"(c) engine wall / critical-path bound ({main_cell[0]:g} s timeout, {100 * main_cell[1]:g}% hang)",
+                   f"{r:.3f} ({eng_wall:.2f} s / {bound:.2f} s: {crit.id} gen {crit.metrics['gen_s']:.2f} s + tools "
+                   f"{crit.metrics['tool_s']:.2f} s)", "<= 1.25", r <= 1.25))
     tps, secs = generation_throughput(args, model, tok, tm, specs)
     overhead = 1 - tps["like"] / tps["plain"]
     checks.append(("(d) generation overhead vs model.generate",
@@ -261,6 +303,7 @@ def main() -> int:
                    f"runs: {tps['ours']:.0f} tok/s in {secs['ours']:.2f} s)", "<= 10%", overhead <= 0.10))
     for name, value, target, ok in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {value}  (target {target})")
+    print(f"({load()} at the end)")
     return 0 if all(c[3] for c in checks) else 1
 
 

@@ -17,6 +17,11 @@ checkpointing off; rlfactory: algo.epochs=1, one minibatch):
    `num_tokens`) / training time, where training time = step time minus rollout and scoring
    (TRL: minus `_generate_and_score_completions`; rlfactory: its `time/train_s`): the update's
    throughput (ratio = rlfactory / TRL; target >= 1.5x). Whole-step tokens/s is printed too.
+   Where the gain comes from: rlfactory's update runs each distinct prompt once per group and
+   lets the group's completions attend to it (rlfactory/train/batch.py), TRL runs the prompt
+   again with every completion. So the figure is printed beside the rate per *computed* token
+   (distinct prompt tokens once, plus the completions; for TRL every token it runs): that rate
+   says how fast the forward/backward itself is, the training-tokens rate what the sharing saves.
 
 Each framework runs in its own subprocess; the four workers run one after another, in
 --rounds interleaved rounds, and the figures are medians over all steps but the first of each
@@ -180,7 +185,7 @@ def warm_start(out: Path, calls: int, latency: float, steps: int, lr: float = 3e
 
 def run_rlfactory(model_dir: str, tools: bool, a: argparse.Namespace, work: Path) -> dict:
     from rlfactory.config import validate
-    from rlfactory.rollout.trajectory import read_jsonl
+    from rlfactory.trajectory import read_jsonl
     from rlfactory.train.config import RunConfig
     from rlfactory.train.loop import train
 
@@ -205,8 +210,12 @@ def run_rlfactory(model_dir: str, tools: bool, a: argparse.Namespace, work: Path
     for i, m in enumerate(history, start=1):
         trajs = read_jsonl(run_dir / "trajectories" / f"step_{i:06d}.jsonl")
         tokens = sum(t.prompt_len + sum(t.loss_mask) for t in trajs)
+        # The training forward runs each distinct prompt once (and every token after it).
+        prompts = {tuple(t.input_ids[: t.prompt_len]) for t in trajs}
+        computed = sum(len(p) for p in prompts) + sum(len(t.input_ids) - t.prompt_len for t in trajs)
         calls = sum(1 for t in trajs for c in t.tool_calls if c.status == "ok")  # executed, as TRL counts
         steps.append({"time_s": m["time/step_s"], "train_s": m["time/train_s"], "tokens": tokens, "tool_calls": calls,
+                      "computed_tokens": computed,
                       "completion_tokens": sum(sum(t.loss_mask) for t in trajs) / len(trajs)})
     return {"steps": steps}
 
@@ -271,6 +280,7 @@ def run_trl(model_dir: str, tools: bool, a: argparse.Namespace, work: Path) -> d
         def on_log(self, args, st, control, logs=None, **kw):
             if logs and "num_tokens" in logs and self.steps:
                 self.steps[-1]["tokens"] = logs["num_tokens"] - self.last_tokens
+                self.steps[-1]["computed_tokens"] = self.steps[-1]["tokens"]  # every sequence runs whole
                 self.last_tokens = logs["num_tokens"]
                 self.steps[-1]["tool_calls"] = logs.get("tools/call_frequency", 0.0) * n
                 self.steps[-1]["completion_tokens"] = logs.get("completions/mean_length", 0.0)
@@ -344,6 +354,7 @@ def _stats(runs: list[dict]) -> dict:
         "tokens_per_s": _median([st.get("tokens", 0.0) / st["time_s"] for st in steps]),
         "train_s": _median([st["train_s"] for st in steps]),
         "train_tokens_per_s": _median([st.get("tokens", 0.0) / st["train_s"] for st in steps]),
+        "computed_tokens_per_s": _median([st.get("computed_tokens", 0.0) / st["train_s"] for st in steps]),
         "tool_calls": _median([st.get("tool_calls", 0.0) for st in steps]),
         "completion_tokens": _median([st.get("completion_tokens", 0.0) for st in steps]),
         "steps": len(steps),
@@ -398,7 +409,8 @@ def main() -> None:
 
     def row(name: str, r: dict) -> str:
         return (f"  {name:<16} step {r['time_s']:6.2f}s (training {r['train_s']:5.2f}s)  tokens/step {r['tokens']:6.0f}  "
-                f"step tokens/s {r['tokens_per_s']:5.0f}  training tokens/s {r['train_tokens_per_s']:5.0f}  "
+                f"step tokens/s {r['tokens_per_s']:5.0f}  training tokens/s {r['train_tokens_per_s']:5.0f} "
+                f"(per computed token {r['computed_tokens_per_s']:5.0f})  "
                 f"tool calls/step {r['tool_calls']:3.0f}  model tokens/traj {r['completion_tokens']:4.1f}  "
                 f"({r['steps']} steps, load ~{r['load']:.1f})")
 
@@ -411,9 +423,12 @@ def main() -> None:
     speed = res["trl-tools"]["time_s"] / res["rlfactory-tools"]["time_s"]
     thr = res["rlfactory-notools"]["train_tokens_per_s"] / res["trl-notools"]["train_tokens_per_s"]
     step_thr = res["rlfactory-notools"]["tokens_per_s"] / res["trl-notools"]["tokens_per_s"]
+    per_computed = res["rlfactory-notools"]["computed_tokens_per_s"] / res["trl-notools"]["computed_tokens_per_s"]
     print()
     print(f"step time with tools, TRL / rlfactory:        {speed:5.2f}x  (target >= 4x)   {'PASS' if speed >= 4 else 'FAIL'}")
     print(f"training tokens/s without tools, rlf / TRL:   {thr:5.2f}x  (target >= 1.5x) {'PASS' if thr >= 1.5 else 'FAIL'}")
+    print(f"  where it comes from: rlfactory computes each shared prompt once per group of {a.group}; per computed "
+          f"token, rlf / TRL: {per_computed:.2f}x")
     print(f"(for information: whole-step tokens/s without tools, rlf / TRL: {step_thr:.2f}x)")
 
 

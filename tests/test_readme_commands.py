@@ -32,7 +32,9 @@ def test_readme_lists_the_commands_tested_here():
     test_cmd = "bash scripts/setup.sh && .venv/bin/python -m pytest -q"
     assert test_cmd in readme and test_cmd in (ROOT / ".ci" / "run").read_text()
     tour = set(re.findall(r"\.venv/bin/rlfactory (\S+)", readme))
-    assert tour <= {"demo", "--help", "make-tiny-model", "tools", "rollout", "sft", "train", "eval", "ui"}, tour
+    # `serve` and the Generation servers section's commands run in tests/serve/test_serve_e2e.py
+    assert tour <= {"demo", "--help", "make-tiny-model", "tools", "rollout", "sft", "train", "eval", "ui", "serve",
+                    "experiment"}, tour
     assert ".venv/bin/rlfactory ui --runs runs" in readme
 
 
@@ -85,7 +87,7 @@ def test_demo_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys):
 
 
 def test_custom_env_from_one_file_rolls_out_warm_starts_and_trains(tmp_path, capsys):
-    from rlfactory.rollout.trajectory import read_jsonl
+    from rlfactory.trajectory import read_jsonl
 
     cfg = str(EX / "custom_env" / "capitals.yaml")
     out = tmp_path / "capitals.jsonl"
@@ -127,3 +129,70 @@ def test_ui_serves_the_studio_behind_its_token(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 130  # stopped by Ctrl-C, like every rlfactory command
+
+
+def test_experiment_runs_base_sft_grpo_and_prints_the_table(tmp_path, capsys):
+    """`rlfactory experiment examples/smollm2_calculator.yaml` on tiny budgets (tiny:1m stands in for
+    SmolLM2 here; tests/rollout/test_rollout_smollm2.py loads the real one)."""
+    out = tmp_path / "exp"
+    rc = main(["experiment", str(EX / "smollm2_calculator.yaml"), "model.path=tiny:1m", "sft.demos=4", "sft.steps=2",
+               "sft.batch_size=2", "trainer.steps=1", "trainer.prompts_per_step=2", "algo.group_size=2",
+               "trainer.progress=false", "rollout.max_new_tokens=16", "--out", str(out), "--eval-limit", "2"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "base" in printed and "warm start" in printed and "after GRPO" in printed and "tool-call rate" in printed
+    result = json.loads((out / "results.json").read_text())
+    assert set(result["stages"]) == {"base", "warm start", "after GRPO"} and result["grpo_steps"] == 1
+
+
+HEAD = r"""
+import sys
+from rlfactory.distributed.cluster import connect_cluster
+from rlfactory.train.ray_config import RayConfig
+import ray
+assert connect_cluster(RayConfig(num_cpus=2, temp_dir=sys.argv[1]))  # rlfactory's own local start
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()  # hold the cluster until the test closes our stdin
+ray.shutdown()
+"""
+
+
+def test_ray_training_joins_a_running_cluster(tmp_path):
+    """README "Scale-out": `RAY_ADDRESS=... rlfactory train examples/ray.yaml` on a cluster that
+    another process started, with the local-cluster start that a run without RAY_ADDRESS makes
+    (rlfactory.distributed.cluster.connect_cluster)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    pytest.importorskip("ray")
+    readme = (ROOT / "README.md").read_text()
+    assert ".venv/bin/rlfactory train examples/ray.yaml " in readme
+    assert "RAY_ADDRESS=HEAD_IP:6379 .venv/bin/rlfactory train examples/ray.yaml " in readme
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    ray_dir = tempfile.mkdtemp(prefix="rlf-ray-")  # short: Ray's socket paths must fit in 107 bytes
+    head_log = open(tmp_path / "head.log", "w")
+    head = subprocess.Popen([sys.executable, "-c", HEAD, ray_dir], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=head_log, text=True, env=env)
+    try:
+        address = head.stdout.readline().strip()
+        assert address, (tmp_path / "head.log").read_text()[-3000:]
+        overrides = ["trainer.steps=1", "trainer.prompts_per_step=2", "algo.group_size=2", "rollout.max_new_tokens=16",
+                     "env.options.n_train=20", "env.options.n_test=4", f"trainer.run_dir={tmp_path / 'run'}",
+                     "trainer.progress=false"]
+        out = subprocess.run([sys.executable, "-m", "rlfactory.cli.main", "train", str(EX / "ray.yaml"), *overrides],
+                             capture_output=True, text=True, timeout=600, env={**env, "RAY_ADDRESS": address})
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "trained 1 step(s)" in out.stdout
+        assert f"Connecting to existing Ray cluster at address: {address}" in out.stderr
+        step = (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()
+        assert len(step) == 4 and all(json.loads(line)["status"] != "infra_error" for line in step)
+        assert head.poll() is None  # the run left the cluster it joined running
+    finally:
+        head.stdin.close()
+        head.wait(timeout=120)
+        head_log.close()
+        shutil.rmtree(ray_dir, ignore_errors=True)

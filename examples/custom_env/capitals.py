@@ -12,6 +12,7 @@ from typing import Any
 
 from rlfactory.envs import Env, EnvTools, register_env
 from rlfactory.rewards import RuleReward, reward_term
+from rlfactory.trajectory import Trajectory
 
 CAPITALS = {"Norway": "Oslo", "Peru": "Lima", "Kenya": "Nairobi", "Japan": "Tokyo", "Chile": "Santiago",
             "Egypt": "Cairo", "Canada": "Ottawa", "Nepal": "Kathmandu"}
@@ -30,7 +31,7 @@ async def lookup_capital(country: str) -> str:
 
 
 @reward_term("capitals/short_answer")
-def short_answer(trajectory: Any, answer: str | None = None) -> float:
+def short_answer(trajectory: Trajectory, answer: str | None = None) -> float:
     """1.0 when the answer is a single word (a rule term of our own, next to the built-in ones)."""
     return float(answer is not None and len(answer.split()) == 1)
 

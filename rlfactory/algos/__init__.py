@@ -1,7 +1,10 @@
 """Pure algorithm pieces (torch only): advantages, policy/value losses, KL, entropy, masked ops.
 
 Registries: `get_advantage(name)` ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline" /
-"reinforce++", "gae") and `get_policy_loss(name)` ("ppo" / "vanilla" / "ppo_clip", "gspo").
+"reinforce++", "gae") and `get_policy_loss(name)` ("ppo" / "vanilla" / "ppo_clip", "gspo"). Add
+your own with `@register_advantage("name")` / `@register_policy_loss("name")`; a config names
+them (`algo.advantage`, `algo.loss`) by that name once their module is imported, or as
+`module:function`, which imports it.
 """
 
 from rlfactory.algos.advantages import (
@@ -15,6 +18,7 @@ from rlfactory.algos.advantages import (
     outcome_to_token_rewards,
     register_advantage,
     reinforce_pp_baseline_advantages,
+    resolve_advantage,
     rloo_advantages,
 )
 from rlfactory.algos.losses import (
@@ -26,6 +30,7 @@ from rlfactory.algos.losses import (
     list_policy_losses,
     ppo_clip_loss,
     register_policy_loss,
+    resolve_policy_loss,
     value_loss,
 )
 from rlfactory.algos.utils import (
@@ -63,6 +68,8 @@ __all__ = [
     "register_advantage",
     "register_policy_loss",
     "reinforce_pp_baseline_advantages",
+    "resolve_advantage",
+    "resolve_policy_loss",
     "rloo_advantages",
     "token_logprobs",
     "value_loss",

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from rlfactory.algos.registry import import_named
 from rlfactory.algos.utils import masked_whiten
 
 OUTCOME = "outcome"
@@ -42,18 +43,31 @@ def register_advantage(name: str, *aliases: str, kind: str = OUTCOME) -> Callabl
     return deco
 
 
+def resolve_advantage(name: str) -> str:
+    """The registry name of `name`: a registered name as it is; for `module:function` the module is
+    imported (registering what it decorates): `function` may be a name registered there, or a
+    plain function, which is then registered under `module:function` (kind "outcome", or the kind
+    it is registered with). A ValueError lists the known names otherwise."""
+    if name in _ADVANTAGES:
+        return name
+    if ":" not in name:
+        raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(list_advantages())} "
+                         "(or `module:function`)")
+    registered, fn = import_named(name, _ADVANTAGES, "advantage estimator")
+    if registered is not None:
+        return registered
+    _ADVANTAGES[name] = (fn, next((k for f, k in _ADVANTAGES.values() if f is fn), OUTCOME))
+    return name
+
+
 def get_advantage(name: str) -> Callable[..., object]:
-    """The estimator registered as `name`; a ValueError lists the known names otherwise."""
-    try:
-        return _ADVANTAGES[name][0]
-    except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(sorted(_ADVANTAGES))}") from None
+    """The estimator named `name` (see `resolve_advantage`)."""
+    return _ADVANTAGES[resolve_advantage(name)][0]
 
 
 def advantage_kind(name: str) -> str:
     """"outcome" (rewards [B] -> advantages [B]) or "token" (GAE: needs values and token rewards)."""
-    get_advantage(name)
-    return _ADVANTAGES[name][1]
+    return _ADVANTAGES[resolve_advantage(name)][1]
 
 
 def list_advantages() -> list[str]:

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from rlfactory.algos.registry import import_named
 from rlfactory.algos.utils import agg_loss, entropy_from_logits, masked_mean
 
 PolicyLoss = Callable[..., tuple[Tensor, dict[str, float]]]
@@ -37,11 +38,26 @@ def register_policy_loss(name: str, *aliases: str) -> Callable[[PolicyLoss], Pol
     return deco
 
 
+def resolve_policy_loss(name: str) -> str:
+    """The registry name of `name`: a registered name as it is; for `module:function` the module is
+    imported (registering what it decorates): `function` may be a name registered there, or a
+    plain function with the signature above, which is then registered under `module:function`.
+    A ValueError lists the known names otherwise."""
+    if name in _POLICY_LOSSES:
+        return name
+    if ":" not in name:
+        raise ValueError(f"unknown policy loss {name!r}; known: {', '.join(list_policy_losses())} "
+                         "(or `module:function`)")
+    registered, fn = import_named(name, _POLICY_LOSSES, "policy loss")
+    if registered is not None:
+        return registered
+    _POLICY_LOSSES[name] = fn
+    return name
+
+
 def get_policy_loss(name: str) -> PolicyLoss:
-    try:
-        return _POLICY_LOSSES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy loss {name!r}; known: {', '.join(sorted(_POLICY_LOSSES))}") from None
+    """The policy loss named `name` (see `resolve_policy_loss`)."""
+    return _POLICY_LOSSES[resolve_policy_loss(name)]
 
 
 def list_policy_losses() -> list[str]:

@@ -63,11 +63,12 @@ def sample_steps(thinks: bool) -> list[ModelTurn | list[ToolResult]]:
     ]
 
 
-def check_token_contract(tool_manager: Any, tokenizer: Any | None = None) -> None:
+def check_token_contract(tool_manager: Any, tokenizer: Any | None = None, model_name: str | None = None) -> None:
     """Raise `TokenContractError` if incremental rendering differs from the chat template's.
 
-    `tokenizer` decodes tokens for the error message (default: the manager's). A user ToolManager
-    without `model_turn_ids` / `reference_ids` cannot be checked: a warning says so.
+    `tokenizer` decodes tokens for the error message (default: the manager's); `model_name` (e.g.
+    model.path) is named in it too. A user ToolManager without `model_turn_ids` / `reference_ids`
+    cannot be checked: a warning says so.
     """
     if not (hasattr(tool_manager, "model_turn_ids") and hasattr(tool_manager, "reference_ids")):
         warnings.warn(f"ToolManager {type(tool_manager).__name__} has no model_turn_ids/reference_ids; "
@@ -75,6 +76,9 @@ def check_token_contract(tool_manager: Any, tokenizer: Any | None = None) -> Non
         return
     tokenizer = tokenizer if tokenizer is not None else tool_manager.tokenizer
     family = getattr(tool_manager, "family", type(tool_manager).__name__)
+    model_name = model_name or getattr(tool_manager, "model_name", None) or getattr(tokenizer, "name_or_path", None)
+    if model_name:
+        family = f"{family} ToolManager for model {model_name}"
     steps = sample_steps(bool(getattr(tool_manager, "thinks", False)))
     try:
         ids, segments = _incremental(tool_manager, SAMPLE_MESSAGES, SAMPLE_TOOLS, steps)

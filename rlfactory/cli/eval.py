@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="run config (YAML): env, tools, reward, rollout limits")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. rollout.max_turns=3")
     p.add_argument("--model", required=True, help="a Hugging Face folder (e.g. a checkpoint's model/), a LoRA "
-                   "adapter folder, or tiny:1m / tiny:10m")
+                   "adapter folder, a .gguf file, smollm2:135m, or tiny:1m / tiny:10m")
     p.add_argument("--split", default="test", help="dataset split (default: test)")
     p.add_argument("--out", help="write the report as JSON here")
     p.add_argument("--n", type=int, default=1, help="samples per question (default 1)")
@@ -65,9 +65,29 @@ async def evaluate_model(cfg: Any, model: str, split: str, *, n: int = 1, limit:
             from peft import PeftModel
 
             PeftModel.from_pretrained(session.model, model)  # injects the adapters in place
+        await _send_to_servers(cfg, session, model)
         env = session.env
         rows = list(env.load_split(split))
         if limit is not None:
             rows = rows[:limit]
         reward = build_reward(cfg.reward, default=env_reward(env), tools=tools_by_name(session))
         return await evaluate(session.engine, reward, rows, n=n, greedy=greedy)
+
+
+async def _send_to_servers(cfg: Any, session: Any, model: str) -> None:
+    """With generation servers, evaluate `model`'s weights: push them to every server first."""
+    from rlfactory.train.weight_sync import make_weight_sync
+
+    if getattr(cfg.generator, "backend", "local") != "server":
+        return
+    sync = make_weight_sync(cfg, session.generator)
+    if sync is None:
+        print("rlfactory eval: generator.weight_sync is none, so the servers' own weights are evaluated, not "
+              f"{model}", file=sys.stderr)
+        return
+    meta = Path(model).parent / "meta.json"  # a checkpoint's model folder: its policy version
+    version = int(json.loads(meta.read_text()).get("policy_version", 0)) if meta.is_file() else 0
+    metrics = await sync.push(session.model, version)
+    if metrics["weight_sync/failed"]:
+        print(f"rlfactory eval: {int(metrics['weight_sync/failed'])} server(s) did not take the weights of {model}; "
+              "they get no turns", file=sys.stderr)

@@ -10,7 +10,8 @@ import sys
 from rlfactory.config import ConfigError
 
 # Modules that define subcommands, in the order `--help` lists them.
-COMMAND_MODULES = ["demo", "train", "eval", "rollout", "sft", "tools", "make_tiny_model", "ui", "bench"]
+COMMAND_MODULES = ["demo", "experiment", "train", "eval", "rollout", "sft", "tools", "serve", "make_tiny_model", "ui",
+                   "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from rlfactory.cli.common import load_run_config
     from rlfactory.rollout.build import open_rollout
     from rlfactory.rollout.summary import format_summary, summarize
-    from rlfactory.rollout.trajectory import write_jsonl
+    from rlfactory.trajectory import write_jsonl
 
     if args.n < 1:
         print("rlfactory rollout: --n must be >= 1", file=sys.stderr)
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.overrides)
 
     async def go():
-        async with open_rollout(cfg) as session:
+        async with open_rollout(cfg, load_policy=False) as session:  # only generation servers need weights
             rows = session.env.load_split(args.split)
             if args.limit is not None:
                 rows = rows[: args.limit]
@@ -67,13 +67,27 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"the {args.split!r} split has no rows")
             t0 = time.perf_counter()
             trajs = await session.engine.run(rows, args.n, policy_version=args.policy_version)
-            return trajs, time.perf_counter() - t0
+            return trajs, time.perf_counter() - t0, servers_line(session.generator)
 
-    trajs, wall = asyncio.run(go())
+    trajs, wall, servers = asyncio.run(go())
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(out, trajs, mode="w")
     print(f"mode: {cfg.rollout.mode}" + (f" (tools {cfg.rollout.lockstep_tools})" if cfg.rollout.mode == "lockstep" else ""))
     print(format_summary(summarize(trajs, wall)))
+    if servers:
+        print(servers)
     print(f"wrote {len(trajs)} trajectories to {out}")
     return 0
+
+
+def servers_line(generator) -> str:
+    """`generation servers: URL N turns (version V)...` for a ServerGenerator, else ''."""
+    servers = getattr(generator, "servers", None)
+    if not servers:
+        return ""
+    parts = []
+    for s in servers:
+        version = s.reported if s.reported is not None else s.version
+        parts.append(f"{s.url} {s.served} turns (version {version}{'; ' + s.last_error if s.last_error else ''})")
+    return "generation servers: " + "; ".join(parts)

@@ -25,9 +25,22 @@ def run(args: argparse.Namespace) -> int:
     from rlfactory.train.loop import train
 
     cfg = load_run_config(args.config, args.overrides)
+    open_session = None
+    stops: tuple[type[Exception], ...] = (FileExistsError,)  # reported in one line
+    if cfg.trainer.backend == "ray":
+        from rlfactory.distributed import open_ray_rollout, require_ray
+        from rlfactory.distributed.workers import WorkerStartError
+
+        stops += (WorkerStartError,)
+        try:
+            require_ray()
+        except ImportError as e:
+            print(f"rlfactory train: {e}", file=sys.stderr)
+            return 2
+        open_session = open_ray_rollout
     try:
-        history = asyncio.run(train(cfg, resume=args.resume))
-    except FileExistsError as e:
+        history = asyncio.run(train(cfg, resume=args.resume, open_session=open_session))
+    except stops as e:
         print(f"rlfactory train: {e}", file=sys.stderr)
         return 2
     if history:

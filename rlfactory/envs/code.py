@@ -134,7 +134,6 @@ class CodeEnv(Env):
                  train_data: str | None = None, test_data: str | None = None, timeout_s: float = 5.0,
                  memory_mb: int = 512, max_turns: int = 3, system_prompt: str | None = None,
                  family: str | None = None, sandbox: str = "strict", **options: Any) -> None:
-        super().__init__(**options)
         if options:
             raise TypeError(f"code env: unknown option(s) {', '.join(sorted(options))}")
         if sandbox not in SANDBOX_MODES:

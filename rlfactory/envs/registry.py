@@ -10,7 +10,7 @@ import importlib
 import inspect
 from typing import Any, Callable, TypeVar
 
-from rlfactory.envs.base import Env
+from rlfactory.envs.base import Env, missing_members
 
 E = TypeVar("E", bound=type)
 
@@ -22,6 +22,7 @@ _BUILTIN: dict[str, str] = {
     "code": "rlfactory.envs.code:CodeEnv",
     "python": "rlfactory.envs.code:CodeEnv",
     "sql": "rlfactory.envs.sql:SqlEnv",
+    "calculator": "rlfactory.envs.calculator:CalculatorEnv",
 }
 
 
@@ -77,10 +78,17 @@ def registered_envs() -> list[str]:
 def make_env(name_or_spec: str | type, **options: Any) -> Env:
     """Build an env from a registered name, `module:Class` or a class; `options` go to its constructor."""
     cls = env_class(name_or_spec)
-    env = cls(**options)
-    for attr in ("reset", "tools", "step", "reward", "load_split"):
-        if not callable(getattr(env, attr, None)):
-            raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) does not implement `{attr}`")
+    try:
+        env = cls(**options)
+    except TypeError as e:
+        if not options:
+            raise
+        raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) cannot be built with option(s) "
+                        f"{', '.join(sorted(options))}: {e}") from e
+    missing = missing_members(env)
+    if missing:
+        hint = "" if Env in cls.__mro__ else " (subclass rlfactory.envs.Env to inherit the defaults)"
+        raise TypeError(f"env {name_or_spec!r} ({cls.__qualname__}) does not implement {', '.join(missing)}{hint}")
     return env
 
 
@@ -100,9 +108,17 @@ def env_from_config(cfg: Any, **extra: Any) -> Env:
 
 
 def _accepts(cls: type, key: str) -> bool:
-    """Whether `cls(**{key: ...})` is allowed (a named parameter or **kwargs)."""
+    """Whether `cls(**{key: ...})` is allowed (a named parameter or **kwargs). A class without an
+    `__init__` of its own (an Env subclass that only overrides methods) takes no options."""
+    init = next((b.__dict__["__init__"] for b in cls.__mro__
+                 if "__init__" in b.__dict__ and b.__dict__["__init__"] is not _PROTOCOL_INIT), object.__init__)
+    if init is object.__init__:
+        return False
     try:
-        params = inspect.signature(cls).parameters.values()
+        params = inspect.signature(init).parameters.values()
     except (TypeError, ValueError):
         return True
     return any(p.kind == p.VAR_KEYWORD or p.name == key for p in params)
+
+
+_PROTOCOL_INIT = Env.__dict__.get("__init__")  # what typing puts on a Protocol: not an __init__ of the env's

@@ -103,7 +103,6 @@ class SqlEnv(Env):
                  db_path: str | None = None, train_data: str | None = None, test_data: str | None = None,
                  max_rows: int = 20, timeout_s: float = 5.0, max_turns: int = 3, system_prompt: str | None = None,
                  family: str | None = None, **options: Any) -> None:
-        super().__init__(**options)
         if options:
             raise TypeError(f"sql env: unknown option(s) {', '.join(sorted(options))}")
         self.data = {"train": train_data, "test": test_data}

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rlfactory.trajectory import Trajectory
+
 
 @dataclass
 class RewardScore:
@@ -19,9 +21,8 @@ class RewardScore:
 
 
 class Reward(Protocol):
-    async def score(self, trajectory: Any) -> RewardScore:
-        """`trajectory` is a rlfactory.rollout.trajectory.Trajectory (duck-typed here, so that
-        rewards do not import the rollout package)."""
+    async def score(self, trajectory: Trajectory) -> RewardScore:
+        """The reward of `trajectory` (never an `infra_error` one: see `is_scorable`)."""
         ...
 
 
@@ -38,21 +39,21 @@ class UnscorableTrajectory(ValueError):
     """
 
 
-def is_scorable(trajectory: Any) -> bool:
+def is_scorable(trajectory: Trajectory) -> bool:
     """False for an `infra_error` trajectory (see `UnscorableTrajectory`); True otherwise."""
-    return getattr(trajectory, "status", "ok") != "infra_error"
+    return trajectory.status != "infra_error"
 
 
-def require_scorable(trajectory: Any) -> None:
+def require_scorable(trajectory: Trajectory) -> None:
     """Raise `UnscorableTrajectory` for an `infra_error` trajectory."""
     if not is_scorable(trajectory):
         raise UnscorableTrajectory(
-            f"trajectory {getattr(trajectory, 'id', '?')!r} has status infra_error and must not be scored; "
+            f"trajectory {trajectory.id!r} has status infra_error and must not be scored; "
             "the trainer leaves it out of the baseline and the loss (rlfactory.rewards.is_scorable)"
         )
 
 
-async def score_many(reward: Any, trajectories: list[Any]) -> list[RewardScore]:
+async def score_many(reward: Any, trajectories: list[Trajectory]) -> list[RewardScore]:
     """Score all trajectories concurrently, with `reward.score_many` when the reward batches
     (judges do), else `asyncio.gather` over `reward.score`. All must be scorable."""
     import asyncio
@@ -63,7 +64,7 @@ async def score_many(reward: Any, trajectories: list[Any]) -> list[RewardScore]:
     return list(await asyncio.gather(*(reward.score(t) for t in trajectories)))
 
 
-async def score_all(reward: Any, trajectories: list[Any]) -> list[RewardScore | None]:
+async def score_all(reward: Any, trajectories: list[Trajectory]) -> list[RewardScore | None]:
     """What the trainer calls: scores in input order, None for every `infra_error` trajectory."""
     todo = [t for t in trajectories if is_scorable(t)]
     scores = iter(await score_many(reward, todo))

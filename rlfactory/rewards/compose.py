@@ -6,6 +6,7 @@ import asyncio
 from typing import Any, Mapping
 
 from rlfactory.rewards.base import Reward, RewardScore, require_scorable, score_many
+from rlfactory.trajectory import Trajectory
 
 
 class ComposedReward:
@@ -35,13 +36,13 @@ class ComposedReward:
             terms.update({f"{name}/{k}": v for k, v in s.terms.items()})
         return RewardScore(total=total, terms=terms)
 
-    async def score(self, trajectory: Any) -> RewardScore:
+    async def score(self, trajectory: Trajectory) -> RewardScore:
         require_scorable(trajectory)
         names = list(self.parts)
         results = await asyncio.gather(*(self.parts[n][0].score(trajectory) for n in names))
         return self._combine(dict(zip(names, results)))
 
-    async def score_many(self, trajectories: list[Any]) -> list[RewardScore]:
+    async def score_many(self, trajectories: list[Trajectory]) -> list[RewardScore]:
         for t in trajectories:
             require_scorable(t)
         names = list(self.parts)

@@ -20,6 +20,7 @@ import httpx
 
 from rlfactory.rewards.base import RewardScore, require_scorable
 from rlfactory.rewards.text import AnswerExtractor, question_of, references_of, tagged_answer
+from rlfactory.trajectory import Trajectory
 
 DEFAULT_TEMPLATE = """You are grading an answer to a question against a reference answer.
 
@@ -234,8 +235,8 @@ class JudgeReward:
         parse: Callable[[str], float | None] = parse_yes_no,
         *,
         answer_extractor: AnswerExtractor | None = None,
-        references: Callable[[Any], list[str]] = references_of,
-        question: Callable[[Any], str] = question_of,
+        references: Callable[[Trajectory], list[str]] = references_of,
+        question: Callable[[Trajectory], str] = question_of,
         batch_size: int = 8,
         fallback: float = 0.0,
         on_error: str = "raise",
@@ -253,7 +254,7 @@ class JudgeReward:
         self._collecting = False
         self._tasks: set[asyncio.Task] = set()  # strong references to running flushes
 
-    def build_prompt(self, trajectory: Any) -> str:
+    def build_prompt(self, trajectory: Trajectory) -> str:
         answer = self.answer_extractor(trajectory)
         fields = {
             "question": self.question(trajectory),
@@ -310,13 +311,13 @@ class JudgeReward:
             self.cache[p] = verdict
             self._inflight.pop(p).set_result(verdict)
 
-    async def score_many(self, trajectories: list[Any]) -> list[RewardScore]:
+    async def score_many(self, trajectories: list[Trajectory]) -> list[RewardScore]:
         for t in trajectories:
             require_scorable(t)
         verdicts = await self._verdicts([self.build_prompt(t) for t in trajectories])
         return [self._to_score(v) for v in verdicts]
 
-    async def score(self, trajectory: Any) -> RewardScore:
+    async def score(self, trajectory: Trajectory) -> RewardScore:
         """Scores one trajectory; concurrent calls (e.g. under `asyncio.gather`) share judge batches."""
         require_scorable(trajectory)
         fut = asyncio.get_running_loop().create_future()

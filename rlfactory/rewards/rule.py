@@ -34,6 +34,7 @@ from rlfactory.rewards.text import (
     token_f1,
 )
 from rlfactory.tools.base import MALFORMED, OK
+from rlfactory.trajectory import Trajectory
 
 TermFn = Callable[..., float]
 
@@ -94,7 +95,7 @@ class RuleReward:
         self,
         weights: Mapping[str, float],
         answer_extractor: AnswerExtractor | None = None,
-        references: Callable[[Any], list[str]] = references_of,
+        references: Callable[[Trajectory], list[str]] = references_of,
         options: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if not weights:
@@ -119,7 +120,7 @@ class RuleReward:
             raise ValueError(f"reward term {name!r} takes no option(s) {', '.join(sorted(bad))}")
         return {k: v for k, v in given.items() if k in term.params}
 
-    async def score(self, trajectory: Any) -> RewardScore:
+    async def score(self, trajectory: Trajectory) -> RewardScore:
         require_scorable(trajectory)
         context = {"answer": self.answer_extractor(trajectory), "references": self.references(trajectory)}
         terms: dict[str, float] = {}
@@ -138,7 +139,7 @@ class FunctionReward:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "reward")
 
-    async def score(self, trajectory: Any) -> RewardScore:
+    async def score(self, trajectory: Trajectory) -> RewardScore:
         require_scorable(trajectory)
         value = self.fn(trajectory)
         if inspect.isawaitable(value):
@@ -152,35 +153,35 @@ class FunctionReward:
 
 
 @reward_term("format")
-def format_term(trajectory: Any, answer: str | None = None) -> float:
+def format_term(trajectory: Trajectory, answer: str | None = None) -> float:
     """1.0 when a final answer was found (in the expected tags) and no tool call was malformed
     (trajectory status not `malformed`, no call recorded with status `malformed`), else 0.0."""
-    if answer is None or getattr(trajectory, "status", "ok") == "malformed":
+    if answer is None or trajectory.status == "malformed":
         return 0.0
     return 0.0 if any(c.status == MALFORMED for c in trajectory.tool_calls) else 1.0
 
 
 @reward_term("exact_match")
-def exact_match_term(trajectory: Any, answer: str | None = None, references: Sequence[str] = ()) -> float:
+def exact_match_term(trajectory: Trajectory, answer: str | None = None, references: Sequence[str] = ()) -> float:
     """1.0 when the answer equals a reference after Search-R1's `normalize_answer`, else 0.0."""
     return exact_match(answer, references)
 
 
 @reward_term("substring_match")
-def substring_match_term(trajectory: Any, answer: str | None = None, references: Sequence[str] = ()) -> float:
+def substring_match_term(trajectory: Trajectory, answer: str | None = None, references: Sequence[str] = ()) -> float:
     """1.0 when a normalised reference occurs in the normalised answer (Search-R1's sub-EM)."""
     return substring_match(answer, references)
 
 
 @reward_term("f1")
-def f1_term(trajectory: Any, answer: str | None = None, references: Sequence[str] = ()) -> float:
+def f1_term(trajectory: Trajectory, answer: str | None = None, references: Sequence[str] = ()) -> float:
     """Best token F1 (SQuAD) of the answer against the references, in [0, 1]."""
     return token_f1(answer, references)
 
 
 @reward_term("numeric")
 def numeric_term(
-    trajectory: Any, answer: str | None = None, references: Sequence[str] = (), rel_tol: float = 1e-6, abs_tol: float = 1e-9
+    trajectory: Trajectory, answer: str | None = None, references: Sequence[str] = (), rel_tol: float = 1e-6, abs_tol: float = 1e-9
 ) -> float:
     """1.0 when the answer's number equals a reference's number ("1,234" == "1234", "3.50" == "3.5")."""
     value = parse_number(answer)
@@ -188,18 +189,18 @@ def numeric_term(
 
 
 @reward_term("extra_calls")
-def extra_calls_term(trajectory: Any, budget: int = 0) -> float:
+def extra_calls_term(trajectory: Trajectory, budget: int = 0) -> float:
     """-(number of tool calls beyond `budget`); weight it with the penalty per call."""
     return -float(max(0, len(trajectory.tool_calls) - budget))
 
 
 @reward_term("extra_turns")
-def extra_turns_term(trajectory: Any, budget: int = 1) -> float:
+def extra_turns_term(trajectory: Trajectory, budget: int = 1) -> float:
     """-(number of turns beyond `budget`); weight it with the penalty per turn."""
     return -float(max(0, int(trajectory.turns) - budget))
 
 
 @reward_term("tool_errors")
-def tool_errors_term(trajectory: Any) -> float:
+def tool_errors_term(trajectory: Trajectory) -> float:
     """-(number of tool calls whose status is not `ok`: errors, timeouts, bad arguments...)."""
     return -float(sum(1 for c in trajectory.tool_calls if c.status != OK))

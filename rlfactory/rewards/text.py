@@ -1,7 +1,7 @@
 """Text helpers for rewards: answer normalisation and matching, number parsing, answer extraction.
 
 `normalize_answer` is Search-R1's (itself SQuAD's): lowercase, drop punctuation, drop the
-articles a/an/the, collapse whitespace, in that order. Extractors read a duck-typed trajectory:
+articles a/an/the, collapse whitespace, in that order. Extractors read a `Trajectory`:
 `.model_text()`, `.segments` (with `.role`, `.text`) and `.info` (the dataset row).
 """
 
@@ -14,7 +14,9 @@ import string
 from collections import Counter
 from typing import Any, Callable, Iterable
 
-AnswerExtractor = Callable[[Any], "str | None"]
+from rlfactory.trajectory import Trajectory
+
+AnswerExtractor = Callable[[Trajectory], "str | None"]
 
 _PUNCT = set(string.punctuation)
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
@@ -102,7 +104,7 @@ def tagged_answer(tag: str = "answer") -> AnswerExtractor:
     """Extractor: the content of the last `<tag>...</tag>` in the model's text (stripped), or None."""
     pattern = re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL)
 
-    def extract(trajectory: Any) -> str | None:
+    def extract(trajectory: Trajectory) -> str | None:
         matches = pattern.findall(trajectory.model_text())
         return matches[-1].strip() if matches else None
 
@@ -110,7 +112,7 @@ def tagged_answer(tag: str = "answer") -> AnswerExtractor:
     return extract
 
 
-def boxed_answer(trajectory: Any) -> str | None:
+def boxed_answer(trajectory: Trajectory) -> str | None:
     """The content of the last `\\boxed{...}` (nested braces allowed) in the model's text, or None."""
     text = trajectory.model_text()
     start = text.rfind("\\boxed{")
@@ -124,9 +126,9 @@ def boxed_answer(trajectory: Any) -> str | None:
     return None
 
 
-def last_turn_answer(trajectory: Any) -> str | None:
+def last_turn_answer(trajectory: Trajectory) -> str | None:
     """The last model turn's text without `<think>` blocks (for families whose answer is plain text)."""
-    turns = [s.text for s in getattr(trajectory, "segments", []) if s.role == "model"]
+    turns = [s.text for s in trajectory.segments if s.role == "model"]
     if not turns:
         return None
     text = _THINK.sub("", turns[-1]).strip()
@@ -138,7 +140,7 @@ def code_block(lang: str | None = None) -> AnswerExtractor:
     tag = re.escape(lang) if lang else r"[\w+-]*"
     pattern = re.compile(rf"```{tag}[ \t]*\n(.*?)```", re.DOTALL)
 
-    def extract(trajectory: Any) -> str | None:
+    def extract(trajectory: Trajectory) -> str | None:
         matches = pattern.findall(trajectory.model_text())
         return matches[-1].strip() if matches else None
 
@@ -191,12 +193,12 @@ def _as_list(value: Any) -> list[str]:
     return [str(value)]
 
 
-def references_of(trajectory: Any) -> list[str]:
+def references_of(trajectory: Trajectory) -> list[str]:
     """Acceptable answers from the row: the first of info["ground_truth"], ["answer"], ["answers"],
     ["golden_answers"], ["target"], ["reference"], or ["reward_model"]["ground_truth"] (verl /
     Search-R1 rows); a str becomes a one-item list, a {"target": [...]} dict its target list.
     """
-    info = getattr(trajectory, "info", None) or {}
+    info = trajectory.info
     for key in REFERENCE_KEYS:
         if key in info and info[key] is not None:
             return _as_list(info[key])
@@ -206,10 +208,10 @@ def references_of(trajectory: Any) -> list[str]:
     return []
 
 
-def question_of(trajectory: Any) -> str:
+def question_of(trajectory: Trajectory) -> str:
     """The question: info["question"] / ["problem"] / ["query"] / ["prompt"] (last user message of a
     message list), else the text of the prompt segment."""
-    info = getattr(trajectory, "info", None) or {}
+    info = trajectory.info
     for key in ("question", "problem", "query", "prompt"):
         value = info.get(key)
         if isinstance(value, str) and value:
@@ -218,5 +220,5 @@ def question_of(trajectory: Any) -> str:
             users = [m.get("content", "") for m in value if isinstance(m, dict) and m.get("role") == "user"]
             if users:
                 return str(users[-1])
-    prompts = [s.text for s in getattr(trajectory, "segments", []) if s.role == "prompt"]
+    prompts = [s.text for s in trajectory.segments if s.role == "prompt"]
     return prompts[0] if prompts else ""

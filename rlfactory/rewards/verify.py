@@ -17,8 +17,9 @@ from typing import Any, Callable
 from rlfactory.rewards.base import RewardScore, require_scorable
 from rlfactory.rewards.text import AnswerExtractor, tagged_answer
 from rlfactory.tools.base import CRASHED, Tool, ToolResult
+from rlfactory.trajectory import Trajectory
 
-Compare = Callable[[ToolResult, Any], float]
+Compare = Callable[[ToolResult, Trajectory], float]
 MakeArguments = Callable[[Any], "dict[str, Any] | None"]
 
 
@@ -29,7 +30,7 @@ def artifact_arguments(argument: str = "query", extractor: AnswerExtractor | Non
     """
     extract = extractor or tagged_answer("answer")
 
-    def make(trajectory: Any) -> dict[str, Any] | None:
+    def make(trajectory: Trajectory) -> dict[str, Any] | None:
         artifact = extract(trajectory)
         return None if artifact is None else {argument: artifact}
 
@@ -47,7 +48,7 @@ class VerifyReward:
     def __init__(self, tool: Tool, make_arguments: MakeArguments, compare: Compare) -> None:
         self.tool, self.make_arguments, self.compare = tool, make_arguments, compare
 
-    async def run(self, trajectory: Any) -> ToolResult | None:
+    async def run(self, trajectory: Trajectory) -> ToolResult | None:
         """The tool's result on the trajectory's artifact (None when there is no artifact)."""
         arguments = self.make_arguments(trajectory)
         if arguments is None:
@@ -57,7 +58,7 @@ class VerifyReward:
         except Exception as e:  # a tool should not raise; if it does, it is a failed run
             return ToolResult.error(f"{type(e).__name__}: {e}", status=CRASHED)
 
-    async def score(self, trajectory: Any) -> RewardScore:
+    async def score(self, trajectory: Trajectory) -> RewardScore:
         require_scorable(trajectory)
         result = await self.run(trajectory)
         if result is None or result.is_error:
@@ -71,10 +72,10 @@ class VerifyReward:
 # --- comparators -----------------------------------------------------------------------------------
 
 
-def _expected(trajectory: Any, expected: str | Callable[[Any], Any]) -> Any:
+def _expected(trajectory: Trajectory, expected: str | Callable[[Trajectory], Any]) -> Any:
     if callable(expected):
         return expected(trajectory)
-    info = getattr(trajectory, "info", None) or {}
+    info = trajectory.info
     if expected not in info:
         raise KeyError(f"the dataset row has no {expected!r} field to verify against (fields: {sorted(info)})")
     return info[expected]
@@ -119,11 +120,11 @@ def rows_of(value: Any, digits: int = 6) -> list[tuple]:
     return rows
 
 
-def same_rows(expected: str | Callable[[Any], Any] = "expected_rows", ordered: bool = False, digits: int = 6) -> Compare:
+def same_rows(expected: str | Callable[[Trajectory], Any] = "expected_rows", ordered: bool = False, digits: int = 6) -> Compare:
     """Comparator: 1.0 when the result's rows equal the expected rows as a multiset (order-insensitive,
     duplicates counted) or, with `ordered`, as a sequence. `expected`: an info key or a function."""
 
-    def compare(result: ToolResult, trajectory: Any) -> float:
+    def compare(result: ToolResult, trajectory: Trajectory) -> float:
         got, want = rows_of(result, digits), rows_of(_expected(trajectory, expected), digits)
         return float(got == want if ordered else Counter(got) == Counter(want))
 
@@ -135,11 +136,11 @@ def _printed(text: str) -> str:
     return "\n".join(lines).strip("\n")
 
 
-def same_output(expected: str | Callable[[Any], Any] = "expected_output") -> Compare:
+def same_output(expected: str | Callable[[Trajectory], Any] = "expected_output") -> Compare:
     """Comparator: 1.0 when the result's text equals the expected printed output, ignoring trailing
     whitespace on each line and blank lines at both ends. `expected`: an info key or a function."""
 
-    def compare(result: ToolResult, trajectory: Any) -> float:
+    def compare(result: ToolResult, trajectory: Trajectory) -> float:
         return float(_printed(result.text) == _printed(_expected(trajectory, expected)))
 
     return compare

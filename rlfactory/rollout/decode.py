@@ -22,9 +22,10 @@ from typing import Any, Callable
 
 import torch
 
+from rlfactory.rollout.attention_masks import MaskPlan, mask_plan
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.kv_cache import RowKV, SlotCache, cache_of_rows, new_cache, take_row
-from rlfactory.rollout.sampling import RowSampling, sample
+from rlfactory.rollout.sampling import RowSampling, sample, seeded_uniforms
 
 
 @dataclass
@@ -62,6 +63,7 @@ class DecodeLoop:
         self.sessions: dict[str, tuple[list[int], RowKV]] = {}
         self.lock = threading.Lock()
         self.gates: dict[tuple[str, ...], list[bool]] = {}
+        self._plan: tuple[int, MaskPlan | None] | None = None
         self.stats = {"steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0,
                       "shared_prefix_tokens": 0, "moved_rows": 0, "tokens": 0, "busy_s": 0.0}
 
@@ -86,6 +88,13 @@ class DecodeLoop:
         return done
 
     # ---- forward passes ---------------------------------------------------------------------
+
+    def mask_plan(self) -> MaskPlan | None:
+        """None for full-attention models (2D padding masks); else how to build position masks."""
+        model = self.model()
+        if self._plan is None or self._plan[0] != id(model):
+            self._plan = (id(model), mask_plan(model))
+        return self._plan[1]
 
     def _logits(self, rows: list[Row], input_ids, mask, pos, cache, keep: torch.Tensor | None = None) -> torch.Tensor:
         out = self.model()(input_ids=input_ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
@@ -124,10 +133,17 @@ class DecodeLoop:
         # Position ids continue each row's past; padding positions get 0 (they are masked out).
         pos = (past_mask.sum(1, keepdim=True) + new_mask.cumsum(-1) - 1).clamp(min=0)
         mask = torch.cat([past_mask, new_mask], dim=1)
-        logits = self._logits(rows, ids, mask, pos, cache)
+        attn: Any = mask
+        plan = self.mask_plan()
+        if plan is not None:  # sliding-window layers: mask by real positions (padding splits the columns)
+            key_pos = torch.cat([(past_mask.cumsum(-1) - 1).clamp(min=0), pos], dim=1)
+            cols = past_mask.shape[1] + torch.arange(width, device=self.device)
+            attn = plan.build(key_pos, mask.bool(), pos, query_col=cols)
+        logits = self._logits(rows, ids, attn, pos, cache)
         self.stats["prefills"] += 1
         self.stats["prefill_tokens"] += sum(len(n) for n in news)
-        tokens, lps = sample(logits, RowSampling.of([r.req.sampling for r in rows], self.device), self.rng)
+        tokens, lps = sample(logits, RowSampling.of([r.req.sampling for r in rows], self.device), self.rng,
+                             self._uniforms(rows))
         done += self._record(rows, tokens, lps)
         expected = self.live + sum(r.finish is None for r in rows)
         for i, (row, tok) in enumerate(zip(rows, tokens.tolist())):
@@ -144,12 +160,17 @@ class DecodeLoop:
         write = torch.tensor(self.length, dtype=torch.long, device=self.device)
         cache.begin_step(write)
         # Free slots still run (cheaper than compacting every time); they see only their column 0.
-        mask = (torch.arange(cache.width, device=self.device).unsqueeze(0) <= write.unsqueeze(1)).long()
+        cols = torch.arange(cache.width, device=self.device).unsqueeze(0)
+        plan = self.mask_plan()
+        if plan is None:
+            mask: Any = (cols <= write.unsqueeze(1)).long()
+        else:  # left-aligned slots: a key's column is its position
+            mask = plan.build(cols.expand(len(write), -1), cols <= write.unsqueeze(1), write.unsqueeze(1))
         last = torch.tensor(self.last, dtype=torch.long, device=self.device).unsqueeze(1)
         keep = torch.tensor(live, device=self.device) if len(live) < len(self.rows) else None
         logits = self._logits(rows, last, mask, write.unsqueeze(1), cache, keep)
         self.stats["steps"] += 1
-        tokens, lps = sample(logits, self._row_sampling(live, rows), self.rng)
+        tokens, lps = sample(logits, self._row_sampling(live, rows), self.rng, self._uniforms(rows))
         for i, tok in zip(live, tokens.tolist()):
             self.length[i] += 1
             self.last[i] = tok
@@ -170,6 +191,16 @@ class DecodeLoop:
         if self._sampling is None or self._sampling[0] != self._version:
             self._sampling = (self._version, RowSampling.of([r.req.sampling for r in rows], self.device))
         return self._sampling[1]
+
+    def _uniforms(self, rows: list[Row]) -> torch.Tensor | None:
+        """The rows' uniform numbers for this draw when any row is seeded (None: all draw from rng).
+        A seeded row's number is a function of its seed and of how many tokens it has drawn."""
+        if all(r.req.seed is None for r in rows):
+            return None
+        u = torch.rand(len(rows), generator=self.rng, device=self.device, dtype=torch.float64).cpu()
+        seeded = [i for i, r in enumerate(rows) if r.req.seed is not None]
+        u[seeded] = seeded_uniforms([rows[i].req.seed for i in seeded], [len(rows[i].tokens) for i in seeded])
+        return u
 
     # ---- slots --------------------------------------------------------------------------------
 

@@ -1,38 +1,40 @@
-"""The multi-turn rollout loop: asynchronous engine and lock-step baseline.
+"""The rollout engine: n trajectories per dataset row, each one `rollout_one` (episode.py).
 
 async (default): every trajectory is its own coroutine, generate -> parse -> tools -> observe.
   Generation requests go to the generator the moment they are ready, and it batches whatever is
   ready at each decode step (continuous batching), so a trajectory waiting for a tool never holds
   the others back and a slow tool call delays only its own trajectory.
-lockstep (baseline, as Search-R1 / RL-Factory): every turn, all live trajectories generate
-  together; when the whole batch is done, that turn's tool calls run (`lockstep_tools`: all at
-  once, or one after another); then the next turn starts.
+lockstep (baseline, as Search-R1 / RL-Factory): the same coroutine, but every live trajectory
+  waits for all the others before it generates and before its tools run (`Lockstep`): so every
+  turn the whole batch generates together, then that turn's tool calls run (`lockstep_tools`:
+  all at once, or one after another), then the next turn starts.
 
-The per-turn rules (limits, statuses, observation truncation) live in episode.py and are the same
-in both modes. The engine does not score: `Trajectory.reward` stays None.
+The engine does not score: `Trajectory.reward` stays None.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from rlfactory.chat.base import ToolManager
+from rlfactory.envs.base import Env, missing_members
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
-from rlfactory.rollout.episode import Episode
-from rlfactory.rollout.generator import Generator
-from rlfactory.rollout.trajectory import Trajectory
-from rlfactory.tools.base import ToolCall
+from rlfactory.rollout.episode import Setup, rollout_one
+from rlfactory.rollout.generator import GenRequest, GenResult, Generator
+from rlfactory.rollout.sampling import mix_seed
+from rlfactory.tools.base import ToolResult
+from rlfactory.trajectory import Trajectory
 
 
 class RolloutEngine:
     """Roll out n trajectories per dataset row with `generator`, `tool_manager`, `runner`, `env`.
 
-    `runner` is a rlfactory.tools ToolRunner (`specs()`, `await run(calls)`); `env` turns a row into
-    messages (`reset`) and runs calls (`step`); with env=None the runner runs calls directly and a
-    row must carry `messages`. `tokenizer` (default: `generator.tokenizer`) decodes ids to text.
+    `runner` is a rlfactory.tools ToolRunner (`specs()`, `await run(calls)`); `env` (an Env)
+    turns a row into messages (`reset`) and runs calls (`step`); env=None is a PromptEnv (a row
+    carries its `messages` or `question`). `tokenizer` (default: `generator.tokenizer`) decodes
+    prompt and observation ids; the model's ids come decoded from the generator (`GenResult.text`).
     """
 
     def __init__(
@@ -40,12 +42,20 @@ class RolloutEngine:
         generator: Generator,
         tool_manager: ToolManager,
         runner: Any,
-        env: Any,
+        env: Env | None,
         rollout: RolloutConfig,
         sampling: SamplingConfig,
         *,
         tokenizer: Any = None,
     ) -> None:
+        if env is None:
+            from rlfactory.rollout.prompt_env import PromptEnv
+
+            env = PromptEnv()
+        missing = missing_members(env)
+        if missing:
+            raise TypeError(f"env {type(env).__qualname__} does not implement {', '.join(missing)} "
+                            "(subclass rlfactory.envs.Env to inherit the defaults)")
         self.generator = generator
         self.tool_manager = tool_manager
         self.runner = runner
@@ -56,41 +66,39 @@ class RolloutEngine:
         if self.tokenizer is None:
             raise ValueError("RolloutEngine needs a tokenizer (pass tokenizer= or give the generator one)")
 
-    # ---- public -----------------------------------------------------------------------------
+    async def run(self, rows: list[dict[str, Any]], n: int, policy_version: int = 0, *,
+                  seeds: Sequence[int] | None = None) -> list[Trajectory]:
+        """n trajectories per row, row-major (row 0's n, then row 1's ...).
 
-    async def run(self, rows: list[dict[str, Any]], n: int, policy_version: int = 0) -> list[Trajectory]:
-        """n trajectories per row, row-major (row 0's n, then row 1's ...); group = row id or index."""
-        episodes = self._episodes(rows, n, policy_version)
-        t0 = time.perf_counter()
-        try:
-            if self.rollout.mode == "lockstep":
-                await self._lockstep(episodes, sequential=self.rollout.lockstep_tools == "sequential")
-            else:
-                await self._async(episodes)
-        finally:
-            for ep in episodes:
-                self._forget(ep)
-        wall = time.perf_counter() - t0
-        out = []
-        for ep in episodes:
-            traj = ep.finish()
-            traj.metrics.setdefault("wall_s", wall)
-            out.append(traj)
-        return out
+        Row i's n trajectories form one group, named after the row's `id` (its index when it has
+        none) and unique in this call: a row id met again (a step that wraps around its dataset)
+        gets `#2`, `#3`, ... appended. Trajectory ids are `<group>-<k>`.
 
-    # ---- schedulers -------------------------------------------------------------------------
+        `seeds` (one per row), when given, seed the draws of every turn of trajectory k of row i
+        from (seeds[i], k, turn) (GenRequest.seed), so each trajectory samples the same tokens
+        whatever else is rolled out beside it (in this call, or split over several engines).
+        """
+        if seeds is not None and len(seeds) != len(rows):
+            raise ValueError(f"RolloutEngine.run: {len(seeds)} seeds for {len(rows)} rows")
+        lockstep = self.rollout.mode == "lockstep"
+        trajs, prompts = self._start(rows, n)
+        schedule: Concurrent | Lockstep = (Lockstep(len(trajs), sequential=self.rollout.lockstep_tools == "sequential")
+                                           if lockstep else Concurrent(self.rollout.max_concurrent))
+        setup = self._setup(schedule, policy_version)
+        forget = getattr(self.generator, "forget", None)  # a generator that keeps no caches has none
 
-    async def _async(self, episodes: list[Episode]) -> None:
-        limit = self.rollout.max_concurrent
-        gate = asyncio.Semaphore(limit) if limit else None
+        async def one(i: int) -> None:
+            session = uuid.uuid4().hex if self.rollout.reuse_kv else None
+            try:
+                async with schedule.slot():
+                    await rollout_one(trajs[i], prompts[i], setup, i, session,
+                                      None if seeds is None else mix_seed(seeds[i // n], i % n))
+            finally:
+                schedule.leave()
+                if session is not None and forget is not None:
+                    forget(session)
 
-        async def drive(ep: Episode) -> None:
-            if gate is None:
-                return await self._drive(ep)
-            async with gate:
-                return await self._drive(ep)
-
-        tasks = [asyncio.ensure_future(drive(ep)) for ep in episodes]
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(trajs))]
         try:
             await asyncio.gather(*tasks)
         except BaseException:  # e.g. the generator failed: stop the other trajectories too
@@ -98,94 +106,112 @@ class RolloutEngine:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+        return trajs
 
-    async def _drive(self, ep: Episode) -> None:
-        """One trajectory, start to end, on its own clock."""
-        t0 = time.perf_counter()
-        try:
-            while (request := ep.next_request()) is not None:
-                result = await self.generator.submit(request)
-                calls = ep.on_generation(result)
-                if calls:
-                    await self._tools(ep, calls)
-        finally:
-            self._forget(ep)
-        ep.traj.metrics["wall_s"] = time.perf_counter() - t0
-
-    async def _lockstep(self, episodes: list[Episode], sequential: bool) -> None:
-        t0 = time.perf_counter()
-        while True:
-            ready = [(ep, req) for ep in episodes if (req := ep.next_request()) is not None]
-            if not ready:
-                break
-            results = await self.generator.generate([req for _, req in ready])
-            todo = [(ep, calls) for (ep, _), res in zip(ready, results) if (calls := ep.on_generation(res))]
-            if sequential:
-                for ep, calls in todo:
-                    await self._tools(ep, calls, one_by_one=True)
-            else:
-                await asyncio.gather(*(self._tools(ep, calls) for ep, calls in todo))
-        for ep in episodes:
-            ep.traj.metrics["wall_s"] = time.perf_counter() - t0
-
-    # ---- pieces -----------------------------------------------------------------------------
-
-    def _forget(self, ep: Episode) -> None:
-        forget = getattr(self.generator, "forget", None)
-        if ep.session is not None and callable(forget):
-            forget(ep.session)
-
-    async def _tools(self, ep: Episode, calls: list[ToolCall], one_by_one: bool = False) -> None:
-        t0 = time.perf_counter()
-        try:
-            if one_by_one:
-                results = [r for call in calls for r in await self._step([call])]
-            else:
-                results = await self._step(calls)
-        except Exception as e:  # env.step should not raise; if it does, this trajectory cannot go on
-            ep.on_infra_error(f"tool step raised {type(e).__name__}: {e}")
-            return
-        ep.on_results(calls, list(results), time.perf_counter() - t0)
-
-    async def _step(self, calls: list[ToolCall]) -> list:
-        if self.env is None:
-            return await self.runner.run(calls)
-        return await self.env.step(calls, self.runner)
-
-    def _decode(self) -> Callable[[list[int]], str]:
-        tok = self.tokenizer
-        return lambda ids: tok.decode(ids, skip_special_tokens=False)
-
-    def _episodes(self, rows: list[dict[str, Any]], n: int, policy_version: int) -> list[Episode]:
-        tm = self.tool_manager
-        specs = list(self.runner.specs()) if self.runner is not None else []
-        max_turns = self.rollout.max_turns or int(getattr(self.env, "max_turns", 4) or 4)
+    def _setup(self, schedule: Concurrent | Lockstep, policy_version: int) -> Setup:
+        tm, tok = self.tool_manager, self.tokenizer
         stop_ids = list(tm.stop_token_ids())
-        stop_strings = list(tm.stop_strings()) if hasattr(tm, "stop_strings") else []
-        decode = self._decode()
-        episodes = []
+        return Setup(
+            generator=self.generator, tool_manager=tm, env=self.env, runner=self.runner, rollout=self.rollout,
+            sampling=self.sampling, schedule=schedule, decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
+            max_turns=self.rollout.max_turns or int(self.env.max_turns), policy_version=policy_version,
+            stop_token_ids=stop_ids, stop_strings=list(tm.stop_strings()),
+            stop_texts={i: tok.decode([i], skip_special_tokens=False) for i in stop_ids},
+            one_call_at_a_time=self.rollout.mode == "lockstep" and self.rollout.lockstep_tools == "sequential",
+        )
+
+    def _start(self, rows: list[dict[str, Any]], n: int) -> tuple[list[Trajectory], list[list[int]]]:
+        """The empty trajectories (id, group, info) and their prompt ids, row-major."""
+        specs = list(self.runner.specs()) if self.runner is not None else []
+        trajs, prompts, groups = [], [], set()
         for index, row in enumerate(rows):
-            messages = self.env.reset(row) if self.env is not None else row["messages"]
-            prompt_ids = list(tm.render_prompt(messages, specs))
-            prompt_text = decode(prompt_ids)
-            info = self.env.info(row) if hasattr(self.env, "info") else dict(row)
-            group = str(row.get("id", index))
-            for k in range(n):
-                traj = Trajectory(id=f"{group}-{k}", group=group, info=dict(info))
-                episodes.append(
-                    Episode(
-                        traj,
-                        prompt_ids,
-                        tool_manager=tm,
-                        decode=decode,
-                        rollout=self.rollout,
-                        sampling=self.sampling,
-                        max_turns=max_turns,
-                        policy_version=policy_version,
-                        stop_token_ids=stop_ids,
-                        stop_strings=stop_strings,
-                        prompt_text=prompt_text,
-                        session=uuid.uuid4().hex if self.rollout.reuse_kv else None,
-                    )
-                )
-        return episodes
+            group = name = str(row.get("id", index))
+            k = 1
+            while group in groups:
+                k += 1
+                group = f"{name}#{k}"
+            groups.add(group)
+            prompt_ids = list(self.tool_manager.render_prompt(self.env.reset(row), specs))
+            info = self.env.info(row)
+            for j in range(n):
+                trajs.append(Trajectory(id=f"{group}-{j}", group=group, info=dict(info)))
+                prompts.append(prompt_ids)
+        return trajs, prompts
+
+
+class Concurrent:
+    """async mode: nobody waits for anybody; at most `limit` trajectories in flight (None: all)."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._gate = asyncio.Semaphore(limit) if limit else None
+
+    def slot(self) -> asyncio.Semaphore | _NoGate:
+        return self._gate if self._gate is not None else _NoGate()
+
+    async def generate(self, generator: Generator, request: GenRequest, index: int) -> GenResult:
+        return await generator.submit(request)
+
+    async def tools(self, run: Callable[[], Awaitable[list[ToolResult]]], index: int) -> list[ToolResult]:
+        return await run()
+
+    def leave(self) -> None:
+        pass
+
+
+class Lockstep:
+    """The lock-step barrier. A live trajectory waits at one of two points, before generating or
+    before running its tools; when every live trajectory is waiting, one point is released: the
+    tool point if anyone waits there (this turn's tools), else the generation point (the next
+    turn, generated as one batch). Trajectories are released in index order, so the batch and the
+    order of the tool calls do not depend on timing. `leave` is called when a trajectory ends.
+    `sequential`: the released tool turns run one after another, in index order (and with
+    `Setup.one_call_at_a_time`, each turn's calls one by one)."""
+
+    def __init__(self, live: int, sequential: bool = False) -> None:
+        self.live = live
+        self.waiting: dict[str, list[tuple[int, asyncio.Future]]] = {"generate": [], "tools": []}
+        self._tool_lock = asyncio.Lock() if sequential else None
+
+    def slot(self) -> _NoGate:
+        return _NoGate()
+
+    async def generate(self, generator: Generator, request: GenRequest, index: int) -> GenResult:
+        await self._wait("generate", index)
+        return await generator.submit(request)
+
+    async def tools(self, run: Callable[[], Awaitable[list[ToolResult]]], index: int) -> list[ToolResult]:
+        await self._wait("tools", index)
+        if self._tool_lock is None:
+            return await run()
+        async with self._tool_lock:  # released in index order, so acquired in index order
+            return await run()
+
+    def leave(self) -> None:
+        self.live -= 1
+        asyncio.get_running_loop().call_soon(self._release)
+
+    async def _wait(self, point: str, index: int) -> None:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.waiting[point].append((index, future))
+        # Released from the loop, not from here: so the last to arrive waits like the others, and
+        # all wake up in index order.
+        loop.call_soon(self._release)
+        await future
+
+    def _release(self) -> None:
+        if sum(len(w) for w in self.waiting.values()) < self.live or self.live <= 0:
+            return
+        point = "tools" if self.waiting["tools"] else "generate"
+        released, self.waiting[point] = sorted(self.waiting[point], key=lambda w: w[0]), []
+        for _, future in released:
+            if not future.done():
+                future.set_result(None)
+
+
+class _NoGate:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: Any) -> None:
+        return None

@@ -1,10 +1,10 @@
-"""One trajectory in the making: the per-turn rules that the async engine and the lock-step
-baseline share (the schedulers in engine.py only decide *when* each step runs).
+"""One trajectory, top to bottom: `rollout_one`. The engine (engine.py) runs one per trajectory.
 
-A turn: `next_request()` -> generate -> `on_generation(result)` -> run the returned calls ->
-`on_results(...)`. The trajectory is built token by token as it happens: the model segment is
-exactly the sampled ids with their logprobs; observation segments come from
-`ToolManager.render_observation`. Nothing is re-tokenized, so `loss_mask` is exact.
+A turn: generate -> record the model segment -> parse -> stop rules -> tools -> fit the
+observation -> next turn. The trajectory is built token by token as it happens: the model segment
+is exactly the sampled ids with their logprobs and the generator's text of them (decoded once, by
+the generator); observation segments come from `ToolManager.render_observation`. Nothing is
+re-tokenized, so `loss_mask` is exact.
 
 How a trajectory ends, and its status:
   ok           the model gave an answer (its turn ended on a stop token/string and parsed as Answer).
@@ -13,191 +13,244 @@ How a trajectory ends, and its status:
                (max_turns), which are then not run; or the next observation would not fit in
                rollout.max_total_tokens (it is not appended).
   malformed    the model's last turn was a tool call that could not be parsed (on the last allowed
-               turn, or when no budget was left after the error observation). A malformed call on an
-               earlier turn only gets an error observation with the reason; the model may recover.
-  infra_error  the tool layer could not serve a turn: every call of the turn failed with an
-               infrastructure status (crashed, circuit_open), or env.step raised. The trajectory
-               stops there and `error` says why. A tool's own error, a timeout or bad arguments are
-               ordinary observations; so is an infra failure of some (not all) calls of a turn.
+               turn, or when no budget was left after the error observation), or the parser
+               raised (`error` holds the exception). A malformed call on an earlier turn only gets
+               an error observation with the reason; the model may recover.
+  infra_error  the tool layer could not serve a turn: every call of the turn failed with one of
+               `rollout.infra_statuses` (default crashed, circuit_open, unresponsive), or
+               env.step raised or returned the wrong number of results. The trajectory stops
+               there and `error` says why. A tool's own error, an ordinary timeout or bad
+               arguments are observations the model reads; so is an infra failure of some (not
+               all) calls of a turn. The generator raising GenerationUnavailable (no server could
+               serve the turn) also ends the trajectory `infra_error`.
+  (any)        the env's `end_episode(trajectory, parsed)` hook returned a status after a turn.
 `turns` counts model turns (generations).
+
+Scheduling is not this file's business: `schedule.generate` / `schedule.tools` are where the
+lock-step baseline makes every live trajectory wait for the others (engine.py); in async mode
+they simply go ahead.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Callable, Sequence
+import asyncio
+import time
+from dataclasses import dataclass, replace
+from typing import Awaitable, Callable, Protocol, Sequence
 
-from rlfactory.chat.base import Answer, Malformed, ToolCalls, ToolManager
+from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls, ToolManager
+from rlfactory.envs.base import Env
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
-from rlfactory.rollout.generator import GenRequest, GenResult
-from rlfactory.rollout.trajectory import Segment, ToolCallRecord, Trajectory
-from rlfactory.tools.base import CIRCUIT_OPEN, CRASHED, MALFORMED, OK, ToolCall, ToolResult
+from rlfactory.rollout.generator import GenerationUnavailable, GenRequest, GenResult, Generator
+from rlfactory.rollout.sampling import mix_seed
+from rlfactory.tools.base import MALFORMED, OK, ToolCall, ToolResult
+from rlfactory.trajectory import STATUSES, Segment, Status, ToolCallRecord, Trajectory
 
-INFRA_STATUSES = frozenset({CRASHED, CIRCUIT_OPEN})
 TRUNCATION_MARK = " [truncated]"
+PARSE_INLINE_CHARS = 2048
+"""A turn's text up to this many characters is parsed on the event loop; a longer one in a worker
+thread (`asyncio.to_thread`), so that a slow parse cannot stall the other trajectories and their
+tool timeouts. Short turns (nearly all: 2,048 characters is ~500 tokens) stay inline, where the
+thread hop would cost more than the parse."""
 
 
-class Episode:
-    """The state of one trajectory. Not thread-safe; one coroutine drives it."""
+class Schedule(Protocol):
+    """Where a trajectory's two waits happen (engine.py: `Concurrent` or `Lockstep`)."""
 
-    def __init__(
-        self,
-        traj: Trajectory,
-        prompt_ids: list[int],
-        *,
-        tool_manager: ToolManager,
-        decode: Callable[[list[int]], str],
-        rollout: RolloutConfig,
-        sampling: SamplingConfig,
-        max_turns: int,
-        policy_version: int = 0,
-        stop_token_ids: Sequence[int] | None = None,
-        stop_strings: Sequence[str] | None = None,
-        prompt_text: str | None = None,
-        session: str | None = None,
-    ) -> None:
-        self.traj = traj
-        self.tm = tool_manager
-        self.decode = decode
-        self.rollout = rollout
-        self.sampling = sampling
-        self.max_turns = max_turns
-        self.policy_version = policy_version
-        self.stop_token_ids = stop_token_ids
-        self.stop_strings = stop_strings
-        self.session = session
-        self.context: list[int] = list(prompt_ids)
-        self.done = False
-        traj.segments.append(Segment("prompt", list(prompt_ids), prompt_text if prompt_text is not None else decode(prompt_ids)))
-        traj.metrics.update(gen_s=0.0, queue_s=0.0, tool_s=0.0, gen_tokens=0.0, obs_tokens=0.0)
+    async def generate(self, generator: Generator, request: GenRequest, index: int) -> GenResult: ...
 
-    # ---- the turn ---------------------------------------------------------------------------
+    async def tools(self, run: Callable[[], Awaitable[list[ToolResult]]], index: int) -> list[ToolResult]: ...
 
-    def next_request(self) -> GenRequest | None:
-        """The next model turn to generate, or None when the trajectory is over."""
-        if self.done:
-            return None
-        budget = self.rollout.max_total_tokens - len(self.context)
-        if budget <= 0:
-            return self._end("truncated")
-        return GenRequest(
-            prompt_ids=list(self.context),
-            max_new_tokens=min(self.rollout.max_new_tokens, budget),
-            sampling=self.sampling,
-            stop_token_ids=self.stop_token_ids,
-            stop_strings=self.stop_strings,
-            session=self.session,
-        )
 
-    def on_generation(self, res: GenResult) -> list[ToolCall]:
-        """Record a model turn. Returns the tool calls to run now (empty: nothing to run)."""
-        t = self.traj
-        t.turns += 1
-        text = res.text or self.decode(res.token_ids)
-        t.segments.append(Segment("model", list(res.token_ids), text, list(res.logprobs), self.policy_version))
-        self.context.extend(res.token_ids)
-        t.metrics["gen_s"] += res.gen_s
-        t.metrics["queue_s"] += res.queue_s
-        t.metrics["gen_tokens"] += len(res.token_ids)
-        if res.finish_reason == "length":
-            self._end("truncated")
-            return []
-        body = res.token_ids[:-1] if res.stop_token is not None else res.token_ids
-        parsed = self.tm.parse(self.decode(body) if res.stop_token is not None else text)
-        last_turn = t.turns >= self.max_turns
-        if isinstance(parsed, Answer):
-            self._end("ok")
-            return []
-        if isinstance(parsed, Malformed):
-            t.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=t.turns, error=parsed.reason[:200]))
-            if last_turn:
-                self._end("malformed")
+@dataclass(frozen=True)
+class Setup:
+    """What every trajectory of one `RolloutEngine.run` shares."""
+
+    generator: Generator
+    tool_manager: ToolManager
+    env: Env
+    runner: object
+    """The ToolRunner `env.step` runs calls with."""
+    rollout: RolloutConfig
+    sampling: SamplingConfig
+    schedule: Schedule
+    decode: Callable[[list[int]], str]
+    """Decodes prompt and observation ids (the model's ids come decoded from the generator)."""
+    max_turns: int
+    policy_version: int
+    stop_token_ids: Sequence[int]
+    stop_strings: Sequence[str]
+    stop_texts: dict[int, str]
+    """The text of each stop token, cut off the end of a turn's text before parsing."""
+    one_call_at_a_time: bool = False
+
+
+async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, index: int,
+                      session: str | None = None, seed: int | None = None) -> Trajectory:
+    """Roll out `traj` (empty, with its id, group and info) from `prompt_ids` until it ends.
+
+    `index` orders this trajectory among the others of its run (the lock-step barrier releases in
+    that order); `session` names its KV cache in the generator (kept between its turns); `seed`,
+    when given, seeds each turn's draws (GenRequest.seed = mix_seed(seed, turn)). Returns
+    `traj`, filled in: segments, tool calls, turns, status, error, and metrics: gen_s, queue_s
+    (the generator's GenResult timings, summed over turns), tool_s (waiting for tools, barrier
+    included), gen_tokens, obs_tokens, wall_s (this trajectory's own start to end). Never raises
+    for the trajectory's own failures (they become its status, GenerationUnavailable included);
+    any other generator failure, or an env hook returning something that is not a status, propagates.
+    """
+    t0 = time.perf_counter()
+    rollout, tm = setup.rollout, setup.tool_manager
+    traj.segments.append(Segment("prompt", list(prompt_ids), setup.decode(prompt_ids)))
+    traj.metrics.update(gen_s=0.0, queue_s=0.0, tool_s=0.0, gen_tokens=0.0, obs_tokens=0.0)
+    context = list(prompt_ids)
+    try:
+        while True:
+            # 1. Generate the next model turn; the prompt is the whole context so far.
+            budget = rollout.max_total_tokens - len(context)
+            if budget <= 0:
+                return _end(traj, "truncated")
+            request = GenRequest(list(context), min(rollout.max_new_tokens, budget), setup.sampling,
+                                 setup.stop_token_ids, setup.stop_strings, session,
+                                 None if seed is None else mix_seed(seed, traj.turns))
+            try:
+                result = await setup.schedule.generate(setup.generator, request, index)
+            except GenerationUnavailable as e:  # e.g. every generation server down: this trajectory only
+                traj.error = f"generation: {e}"[:1000]
+                return _end(traj, "infra_error")
+
+            # 2. Record it as sampled: ids, logprobs and the generator's text (the one decode).
+            traj.turns += 1
+            version = setup.policy_version if result.policy_version is None else result.policy_version  # a server reports its own
+            traj.segments.append(Segment("model", list(result.token_ids), result.text, list(result.logprobs), version))
+            context.extend(result.token_ids)
+            _add(traj, gen_s=result.gen_s, queue_s=result.queue_s, gen_tokens=len(result.token_ids))
+            if result.finish_reason == "length":
+                return _end(traj, "truncated")
+
+            # 3. Parse the turn (without its stop token).
+            try:
+                parsed = await parse_turn(tm, turn_text(result, setup.stop_texts))
+            except Exception as e:  # parse() must not raise; if it does, only this trajectory ends
+                reason = f"the parser raised {type(e).__name__}: {e}"
+                traj.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=traj.turns, error=reason[:200]))
+                traj.error = reason[:1000]
+                return _end(traj, "malformed")
+
+            # 4. Stop rules: the env's hook, an answer, the last allowed turn.
+            status = setup.env.end_episode(traj, parsed)
+            if status is not None:
+                if status not in STATUSES:
+                    raise ValueError(f"env {setup.env.name!r}: end_episode returned {status!r}; "
+                                     f"expected None or one of {', '.join(STATUSES)}")
+                return _end(traj, status)
+            if isinstance(parsed, Answer) or (isinstance(parsed, ToolCalls) and not parsed.calls):
+                return _end(traj, "ok")
+            last_turn = traj.turns >= setup.max_turns
+            if isinstance(parsed, Malformed):
+                traj.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=traj.turns,
+                                                      error=parsed.reason[:200]))
+                if last_turn:
+                    return _end(traj, "malformed")
+                results, overflow = [ToolResult.error(parsed.reason, status=MALFORMED)], "malformed"
             else:
-                self._observe([ToolResult.error(parsed.reason, status=MALFORMED)], end_status="malformed")
-            return []
-        if isinstance(parsed, ToolCalls) and parsed.calls:
-            if last_turn:
-                self._end("truncated")
-                return []
-            return list(parsed.calls)
-        self._end("ok")  # ToolCalls with no call: treat the turn as an answer
-        return []
+                if last_turn:
+                    return _end(traj, "truncated")  # the calls of the last allowed turn are not run
 
-    def on_results(self, calls: list[ToolCall], results: list[ToolResult], seconds: float) -> None:
-        """Record the tool turn's results (one per call, in order) and append the observation."""
-        t = self.traj
-        t.metrics["tool_s"] += seconds
-        for call, res in zip(calls, results):
-            t.tool_calls.append(
-                ToolCallRecord(
-                    call.name,
-                    call.arguments,
-                    res.status,
-                    float(res.latency_s),
-                    bool(res.cached),
-                    turn=t.turns,
-                    truncated=bool(res.truncated),
-                    error=None if res.status == OK and not res.is_error else res.text[:200],
-                )
-            )
-        if len(results) != len(calls):
-            self.on_infra_error(f"the tool step returned {len(results)} results for {len(calls)} calls")
-            return
-        if results and all(r.status in INFRA_STATUSES for r in results):
-            self.on_infra_error("; ".join(f"{c.name}: {r.status}: {r.text[:200]}" for c, r in zip(calls, results)))
-            return
-        self._observe(list(results))
+                # 5. Tools: run the turn's calls; a turn the tool layer could not serve ends here.
+                results, error = await run_tools(traj, list(parsed.calls), setup, index)
+                if error is not None:
+                    traj.error = error
+                    return _end(traj, "infra_error")
+                overflow = "truncated"
 
-    def on_infra_error(self, message: str) -> None:
-        self.traj.error = message
-        self._end("infra_error")
+            # 6. Fit the observation into its own budget and what is left of the trajectory's.
+            obs, cut = fit_observation(tm, results, rollout.max_observation_tokens)
+            if obs is None:
+                traj.error = "the observation does not fit in rollout.max_observation_tokens"
+                return _end(traj, overflow)
+            records = traj.tool_calls[-len(results):]
+            for i in cut:
+                records[i].truncated = True
+            if len(context) + len(obs) >= rollout.max_total_tokens:
+                return _end(traj, overflow)
+            traj.segments.append(Segment("observation", obs, setup.decode(obs)))
+            context.extend(obs)
+            _add(traj, obs_tokens=len(obs))
+    finally:
+        traj.metrics["wall_s"] = time.perf_counter() - t0
 
-    # ---- helpers ----------------------------------------------------------------------------
 
-    def _observe(self, results: list[ToolResult], end_status: str = "truncated") -> None:
-        """Append the observation for `results`, cut to the per-observation budget."""
-        obs, cut = self._fit(results)
-        if obs is None:
-            self.traj.error = "the observation does not fit in rollout.max_observation_tokens"
-            self._end(end_status)
-            return
-        records = self.traj.tool_calls[-len(results):]
-        for i in cut:
-            records[i].truncated = True
-        if len(self.context) + len(obs) >= self.rollout.max_total_tokens:
-            self._end(end_status)
-            return
-        self.traj.segments.append(Segment("observation", obs, self.decode(obs)))
-        self.traj.metrics["obs_tokens"] += len(obs)
-        self.context.extend(obs)
+async def parse_turn(tm: ToolManager, text: str) -> ParseResult:
+    """`tm.parse(text)`, in a worker thread when the text is longer than PARSE_INLINE_CHARS."""
+    if len(text) > PARSE_INLINE_CHARS:
+        return await asyncio.to_thread(tm.parse, text)
+    return tm.parse(text)
 
-    def _fit(self, results: list[ToolResult]) -> tuple[list[int] | None, set[int]]:
-        """Render `results`; while too long, cut the longest result text and mark it. Returns the
-        ids (None if even empty texts do not fit) and which results were cut."""
-        limit = self.rollout.max_observation_tokens
-        obs = self.tm.render_observation(results)
+
+def turn_text(result: GenResult, stop_texts: dict[int, str]) -> str:
+    """The turn's text as the parser sees it: the generator's text without the stop token that
+    ended the turn (a stop string, when one ended it, stays: it is part of the model's text)."""
+    stop = stop_texts.get(result.stop_token) if result.stop_token is not None else None
+    if stop and result.text.endswith(stop):
+        return result.text[: -len(stop)]
+    return result.text
+
+
+async def run_tools(traj: Trajectory, calls: list[ToolCall], setup: Setup, index: int
+                    ) -> tuple[list[ToolResult], str | None]:
+    """Run one turn's calls through `env.step` and record them on `traj`. Returns (results, None),
+    or ([], why) when the tool layer could not serve the turn (status infra_error)."""
+
+    async def step() -> list[ToolResult]:
+        if setup.one_call_at_a_time:
+            return [r for call in calls for r in await setup.env.step([call], setup.runner)]
+        return list(await setup.env.step(calls, setup.runner))
+
+    t0 = time.perf_counter()
+    try:
+        results = await setup.schedule.tools(step, index)
+    except Exception as e:  # env.step should not raise; if it does, this trajectory cannot go on
+        return [], f"tool step raised {type(e).__name__}: {e}"
+    finally:
+        _add(traj, tool_s=time.perf_counter() - t0)
+    for call, res in zip(calls, results):
+        traj.tool_calls.append(ToolCallRecord(
+            call.name, call.arguments, res.status, float(res.latency_s), bool(res.cached), turn=traj.turns,
+            truncated=bool(res.truncated), error=None if res.status == OK and not res.is_error else res.text[:200]))
+    if len(results) != len(calls):
+        return [], f"the tool step returned {len(results)} results for {len(calls)} calls"
+    infra = setup.rollout.infra_statuses
+    if results and all(r.status in infra for r in results):
+        return [], "; ".join(f"{c.name}: {r.status}: {r.text[:200]}" for c, r in zip(calls, results))
+    return results, None
+
+
+def fit_observation(tm: ToolManager, results: list[ToolResult], limit: int) -> tuple[list[int] | None, set[int]]:
+    """Render `results`; while longer than `limit` tokens, cut the longest result text and mark it.
+    Returns the ids (None if even empty texts do not fit) and which results were cut."""
+    obs = tm.render_observation(results)
+    if len(obs) <= limit:
+        return obs, set()
+    texts = [r.text for r in results]
+    cut: set[int] = set()
+    for _ in range(12):
+        i = max(range(len(texts)), key=lambda j: len(texts[j]) - (len(TRUNCATION_MARK) if j in cut else 0))
+        body = texts[i][: -len(TRUNCATION_MARK)] if i in cut else texts[i]
+        if not body:
+            return None, cut
+        texts[i] = body[: int(len(body) * min(0.9, limit / len(obs)))] + TRUNCATION_MARK
+        cut.add(i)
+        obs = tm.render_observation([replace(r, text=t) for r, t in zip(results, texts)])
         if len(obs) <= limit:
-            return obs, set()
-        texts = [r.text for r in results]
-        cut: set[int] = set()
-        for _ in range(12):
-            i = max(range(len(texts)), key=lambda j: len(texts[j]) - (len(TRUNCATION_MARK) if j in cut else 0))
-            body = texts[i][: -len(TRUNCATION_MARK)] if i in cut else texts[i]
-            if not body:
-                return None, cut
-            texts[i] = body[: int(len(body) * min(0.9, limit / len(obs)))] + TRUNCATION_MARK
-            cut.add(i)
-            obs = self.tm.render_observation([replace(r, text=t) for r, t in zip(results, texts)])
-            if len(obs) <= limit:
-                return obs, cut
-        return None, cut
+            return obs, cut
+    return None, cut
 
-    def _end(self, status: str) -> None:
-        self.traj.status = status  # type: ignore[assignment]
-        self.done = True
-        return None
 
-    def finish(self) -> Trajectory:
-        self.done = True
-        return self.traj
+def _end(traj: Trajectory, status: Status) -> Trajectory:
+    traj.status = status
+    return traj
 
+
+def _add(traj: Trajectory, **amounts: float) -> None:
+    for key, value in amounts.items():
+        traj.metrics[key] += value

@@ -2,7 +2,12 @@
 
 A generator serves many trajectories at once. `submit` is called by one trajectory for one model
 turn; `generate` is a convenience for a whole batch. Backends: `LocalGenerator` (transformers,
-continuous batching, rlfactory/rollout/local.py); an OpenAI-compatible server backend may follow.
+continuous batching, rlfactory/rollout/local.py) and `ServerGenerator` (vLLM / SGLang /
+`rlfactory serve` over HTTP, rlfactory/rollout/server_generator.py).
+
+A generator that cannot serve a turn for reasons outside the model (every server down, a server
+rejecting the request) raises `GenerationUnavailable`; the rollout engine ends that trajectory
+`infra_error` and goes on with the others.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ class GenRequest:
     """Shared by the turns of one trajectory: the generator may keep this trajectory's KV cache
     after the turn and reuse it for the next request whose prompt extends the same ids (only
     the new tokens are prefilled). Release it with `forget(session)`."""
+    seed: int | None = None
+    """Seeds this turn's draws: its j-th token is drawn with `sampling.seeded_uniforms(seed, j)`,
+    so the same request samples the same tokens whatever batch it joins (given the same logits).
+    None = the generator's own random generator."""
 
 
 @dataclass
@@ -44,13 +53,24 @@ class GenResult:
     finish_reason: FinishReason
     """stop: a stop token or stop string ended the turn; length: max_new_tokens was reached."""
     text: str = ""
-    """The decoded tokens (special tokens kept); empty when the generator has no tokenizer."""
+    """The decoded tokens (special tokens kept, the stop token included): the one decode of the
+    turn. The rollout engine records it on the model segment and parses it (less the stop token's
+    text); it never decodes the ids again. Empty only from a generator without a tokenizer, which
+    therefore cannot serve the engine."""
     stop_token: int | None = None
     """The stop token id that ended the turn, if one did."""
     queue_s: float = 0.0
     """Seconds from submission until the request entered the batch (its prefill started)."""
     gen_s: float = 0.0
     """Seconds from the start of its prefill to its last token."""
+    policy_version: int | None = None
+    """The policy version that produced every token of this turn, when the generator knows it
+    (a server reports the weights it held); None = the version the caller asked for."""
+
+
+class GenerationUnavailable(RuntimeError):
+    """The generator could not serve this turn for infrastructure reasons (every server down or
+    timing out, or a server rejecting the request); the message says which and why."""
 
 
 class Generator(Protocol):

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from rlfactory.rollout.attention_masks import mask_plan
 from rlfactory.rollout.decode import DecodeLoop, Row
 from rlfactory.rollout.generator import GenRequest, GenResult, generate_all
 
@@ -34,7 +35,9 @@ class LocalGenerator:
     `logits_processor(requests, generated, logits) -> logits`, when given, may change each row's
     next-token logits [B, V] before sampling (`generated[i]`: the ids sampled so far for
     `requests[i]`); recorded logprobs are then those of the processed logits.
-    Continuous batching needs full-attention layers (no sliding-window or linear-attention cache).
+    Full-attention and sliding-window layers are supported (Mistral, Gemma 2/3, gpt-oss, Qwen2 with
+    `use_sliding_window`: masks by real positions, see attention_masks.py); other layer kinds
+    (linear attention, chunked attention) are refused with NotImplementedError.
     """
 
     def __init__(
@@ -62,9 +65,7 @@ class LocalGenerator:
             self.rng.manual_seed(int(seed))
         if self.stop_strings and tokenizer is None:
             raise ValueError("stop_strings need a tokenizer")
-        kinds = set(getattr(getattr(model, "config", None), "layer_types", None) or ["full_attention"])
-        if kinds != {"full_attention"}:
-            raise NotImplementedError(f"LocalGenerator needs full-attention layers; this model has {sorted(kinds)}")
+        mask_plan(model)  # refuses layer kinds and attention kernels it cannot mask, before any work
         self.loop = DecodeLoop(lambda: self.model, self.pad_id, self.device, self.rng, tokenizer, logits_processor)
         self._pending: list[Row] = []
         self._worker: asyncio.Task | None = None

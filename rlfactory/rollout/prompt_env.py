@@ -42,9 +42,9 @@ class PromptEnv(Env):
         test_data: str | None = None,
         system: str | None = None,
         max_turns: int = 4,
-        **options: Any,
+        family: str | None = None,
     ) -> None:
-        super().__init__(**options)
+        self.family = family  # unused: every family gets the same messages
         self.data = {"train": train_data, "test": test_data}
         self.system = system
         self.max_turns = max_turns
@@ -68,6 +68,3 @@ class PromptEnv(Env):
         if not path:
             raise ValueError(f"PromptEnv has no {split!r} data: set env.{split}_data")
         return read_rows(path)
-
-    def reward(self) -> Any:
-        raise NotImplementedError("PromptEnv has no reward; set `reward:` in the config")

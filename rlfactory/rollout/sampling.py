@@ -3,15 +3,52 @@
 Convention (the trainer must use the same one for its importance ratio): the recorded logprob is
 `log_softmax(logits / T)[token]` where T is the row's temperature (1.0 for greedy rows). Top-k and
 top-p change which tokens can be drawn but not the recorded logprob.
+
+Seeded draws: a request with a `seed` (GenRequest.seed) draws its j-th token from the uniform
+number `seeded_uniforms(seed, j)`, a pure function of the two, by inverse CDF. So the tokens a
+seeded turn samples depend only on its logits, its seed and its position, not on which other
+rows share its batch nor in what order (what lets N rollout workers reproduce one process's
+trajectories). Unseeded rows draw from the generator's RNG.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import hashlib
+from typing import Sequence
+
+import numpy as np
 import torch
 
 from rlfactory.rollout.config import SamplingConfig
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def mix_seed(*parts: int | str) -> int:
+    """A 63-bit seed from the given parts (stable across processes, machines and Python versions)."""
+    h = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 [B] (wrapping arithmetic)."""
+    z = x + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def seeded_uniforms(seeds: Sequence[int], positions: Sequence[int]) -> torch.Tensor:
+    """One uniform number in [0, 1) per row: a pure function of (seeds[i], positions[i]). [B] float64."""
+    s = np.asarray(seeds, dtype=np.uint64)
+    j = np.asarray(positions, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        bits = _splitmix64(s ^ _splitmix64(j))
+    return torch.from_numpy((bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53)))
 
 
 @dataclass
@@ -62,12 +99,26 @@ def _filter(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> t
     return torch.empty_like(scaled).scatter_(-1, sorted_idx, sorted_logits)
 
 
+def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row from `probs` [B, V] (non-negative, not necessarily normalised) by inverse
+    CDF with the given uniform numbers [B] in [0, 1). Returns [B] long; a token of probability 0
+    is never drawn."""
+    cdf = probs.double().cumsum(dim=-1)
+    total = cdf[:, -1:]
+    u = uniforms.to(device=cdf.device, dtype=cdf.dtype).unsqueeze(1) * total
+    drawn = torch.searchsorted(cdf, u, right=True)  # the first token whose cdf exceeds u
+    last = (cdf < total).sum(dim=-1, keepdim=True)  # the last token with probability > 0 (if u rounds up to total)
+    return torch.minimum(drawn, last).squeeze(1)
+
+
 def sample(
-    logits: torch.Tensor, rows: RowSampling, rng: torch.Generator | None = None
+    logits: torch.Tensor, rows: RowSampling, rng: torch.Generator | None = None, uniforms: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row. logits: [B, V] -> (tokens [B] long, logprobs [B] float32).
 
     logprobs follow the module's convention: log_softmax(logits / T) at the drawn token.
+    `uniforms` [B] (see `seeded_uniforms`), when given, decide the draws by inverse CDF instead of
+    `rng`, so that each row's token depends on its own logits and number only.
     """
     scaled = logits.float() / rows.temperature.unsqueeze(1)
     lse = torch.logsumexp(scaled, dim=-1)
@@ -78,7 +129,9 @@ def sample(
             probs = _filter(scaled, rows.top_k, rows.top_p).softmax(dim=-1)
         else:
             probs = (scaled - lse.unsqueeze(1)).exp()
-        tokens = torch.multinomial(probs, 1, generator=rng).squeeze(1)
+        if uniforms is None:
+            uniforms = torch.rand((probs.shape[0],), generator=rng, device=probs.device)
+        tokens = draw(probs, uniforms)
         if bool(rows.greedy.any()):
             tokens = torch.where(rows.greedy, scaled.argmax(dim=-1), tokens)
     return tokens, scaled.gather(1, tokens.unsqueeze(1)).squeeze(1) - lse

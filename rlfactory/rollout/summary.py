@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 
 
 def summarize(trajs: list[Trajectory], wall_s: float) -> dict[str, Any]:

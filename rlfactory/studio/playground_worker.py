@@ -124,8 +124,7 @@ def script_policy(script: list[str], tokenizer: Any, tool_manager: Any) -> Any:
 
 
 async def run(req: dict[str, Any]) -> None:
-    from rlfactory.chat import make_tool_manager
-    from rlfactory.rollout.build import load_model, open_rollout, pick_device
+    from rlfactory.rollout.build import load_model, open_rollout, pick_device, tool_manager_for
 
     cfg = build_config(req)
     emit({"type": "status", "message": f"loading {cfg.model.path}"})
@@ -144,7 +143,7 @@ async def run(req: dict[str, Any]) -> None:
     processor = None
     script = [s for s in (req.get("script") or []) if isinstance(s, str) and s.strip()]
     if script:
-        tm = make_tool_manager(tokenizer, cfg.model.family, getattr(model.config, "model_type", None))
+        tm = tool_manager_for(cfg.model, tokenizer, model)
         processor = script_policy(script, tokenizer, tm)
     emit({"type": "status", "message": "starting tools"})
     async with open_rollout(cfg, model=model, tokenizer=tokenizer, logits_processor=processor) as session:

@@ -45,7 +45,7 @@ async def score(section: dict[str, Any], trajectory: dict[str, Any]) -> dict[str
     from rlfactory.rewards import build_reward
     from rlfactory.rewards.config import RewardConfig
     from rlfactory.rewards.text import answer_extractor, references_of
-    from rlfactory.rollout.trajectory import Trajectory
+    from rlfactory.trajectory import Trajectory
 
     try:
         cfg = RewardConfig.model_validate(section)

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Callable
 
 from rlfactory.tiny.model import MARKER, RECIPE_VERSION, SIZES, make_tiny_model
 
@@ -53,19 +54,27 @@ def _is_current(path: Path) -> bool:
 
 def ensure_tiny(size: str, seed: int = 0) -> Path:
     """The cached tiny model directory for (size, seed), built if missing or from an older recipe."""
-    final = tiny_dir(size, seed)
-    if _is_current(final):
+    return build_once(tiny_dir(size, seed), lambda out: make_tiny_model(out, size=size, seed=seed), _is_current)
+
+
+def build_once(final: Path, build: Callable[[Path], object], is_current: Callable[[Path], bool] | None = None) -> Path:
+    """`final`, built by `build(tmp_dir)` unless it exists (and `is_current(final)`, when given).
+
+    Safe for concurrent threads and processes: one builds into a temporary sibling under an
+    exclusive file lock and renames it into place when complete; the others wait and reuse it."""
+    current = is_current or (lambda p: p.is_dir())
+    if current(final):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     with _thread_lock, open(final.parent / f".{final.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if _is_current(final):  # someone else built it while we waited
+            if current(final):  # someone else built it while we waited
                 return final
             tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
             tmp.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary model directory
             try:
-                make_tiny_model(tmp, size=size, seed=seed)
+                build(tmp)
                 if final.exists():  # an older recipe: move it aside, then drop it
                     old = final.with_name(f".{final.name}.old-{os.getpid()}")
                     os.rename(final, old)

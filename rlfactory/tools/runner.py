@@ -97,9 +97,14 @@ class ToolRunner:
 
     Use as `async with ToolRunner(tools, config) as runner:` or `await runner.start()` /
     `await runner.aclose()`. A runner lives on the loop that started it.
+    `connect_server(name, server_config, policy)` makes the connection to each MCP server
+    (default None: `mcp_client.connect`, start or reach the server from this process); another can
+    reach servers that run elsewhere (rlfactory.distributed: a Ray tool-pool actor) and must
+    answer like a `ServerConnection` (`start`, `call`, `tools`, `cfg`, `limiter`, `aclose`, ...).
     """
 
-    def __init__(self, tools: Sequence[Any] = (), config: ToolsConfig | None = None, mcp: Any = None) -> None:
+    def __init__(self, tools: Sequence[Any] = (), config: ToolsConfig | None = None, mcp: Any = None,
+                 connect_server: Callable[[str, ServerConfig, SupervisionPolicy], Any] | None = None) -> None:
         self.config = config if config is not None else ToolsConfig()
         self._local = [_as_tool(t) for t in tools]
         names = [t.name for t in self._local]
@@ -111,7 +116,8 @@ class ToolRunner:
             c.startup_timeout_s, c.crash_limit, c.crash_window_s, c.circuit_cooldown_s,
             max_result_bytes=c.max_result_bytes, isolate_pids=c.isolate_server_pids,
         )
-        self._servers = ServerStarts(merge_mcp_configs(c.mcp, mcp), policy, c.circuit_cooldown_s, self._reindex)
+        self._servers = ServerStarts(merge_mcp_configs(c.mcp, mcp), policy, c.circuit_cooldown_s, self._reindex,
+                                     connect_server or connect)
         self.connections: dict[str, ServerConnection | ServerPool] = self._servers.connections
         self._entries: dict[str, _Entry] = {}  # exposed names and `server.tool` aliases
         self._visible: list[_Entry] = []
@@ -128,11 +134,12 @@ class ToolRunner:
         self._reindex()
 
     @classmethod
-    def from_config(cls, cfg: ToolsConfig, python_tools: Iterable[Any] = (), mcp: Any = None) -> "ToolRunner":
+    def from_config(cls, cfg: ToolsConfig, python_tools: Iterable[Any] = (), mcp: Any = None,
+                    connect_server: Callable[[str, ServerConfig, SupervisionPolicy], Any] | None = None) -> "ToolRunner":
         """A runner with the config's tools (`tools.python`, `tools.mcp`) plus an env's own tools."""
         tools = [function_tool(import_function(ref)) for ref in cfg.python]
         tools += [_as_tool(t) for t in python_tools]
-        return cls(tools, cfg, mcp)
+        return cls(tools, cfg, mcp, connect_server)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> "ToolRunner":

@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from rlfactory.tools.mcp_client import ServerConnection, ServerPool, SupervisionPolicy, connect
 from rlfactory.tools.mcp_config import ServerConfig
 
 
 class ServerStarts:
-    """Starts the servers of a config, each independently; `on_up()` runs when one comes up."""
+    """Starts the servers of a config, each independently; `on_up()` runs when one comes up.
+    `connect_server(name, config, policy)` makes each server's connection (see ToolRunner)."""
 
     def __init__(
-        self, cfgs: dict[str, ServerConfig], policy: SupervisionPolicy, cooldown_s: float, on_up: Callable[[], None]
+        self, cfgs: dict[str, ServerConfig], policy: SupervisionPolicy, cooldown_s: float, on_up: Callable[[], None],
+        connect_server: Callable[[str, ServerConfig, SupervisionPolicy], Any] = connect,
     ) -> None:
-        self._cfgs, self._policy = cfgs, policy
-        self.connections: dict[str, ServerConnection | ServerPool] = {n: connect(n, c, policy) for n, c in cfgs.items()}
+        self._cfgs, self._policy, self._connect = cfgs, policy, connect_server
+        self.connections: dict[str, ServerConnection | ServerPool] = {n: connect_server(n, c, policy) for n, c in cfgs.items()}
         self.up: set[str] = set()
         self.errors: dict[str, str] = {}  # server -> why its last start failed
         self._failed_at: dict[str, float] = {}
@@ -98,7 +100,7 @@ class ServerStarts:
         self.up.clear()
         self._tasks.clear()
         self.connections.clear()  # the same dict: the runner shows it as `connections`
-        self.connections.update({n: connect(n, c, self._policy) for n, c in self._cfgs.items()})
+        self.connections.update({n: self._connect(n, c, self._policy) for n, c in self._cfgs.items()})
 
     async def aclose(self) -> None:
         """Stop every attempt and every server, for good."""

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import torch
 
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 
 
 def annotate_trajectories(trajs: Sequence[Trajectory], logp: torch.Tensor, advantages: torch.Tensor) -> None:

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import torch
 
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 
 
 @dataclass

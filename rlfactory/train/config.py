@@ -5,29 +5,39 @@ The docstring under each field is the config reference.
 
 from __future__ import annotations
 
+import sys
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
+
+from rlfactory.algos import resolve_advantage, resolve_policy_loss
 
 from rlfactory.config import ConfigPath, Section
 from rlfactory.envs.config import EnvConfig
 from rlfactory.rewards.config import RewardConfig
 from rlfactory.rollout.config import ModelConfig, RolloutConfig, SamplingConfig
+from rlfactory.rollout.server_config import GeneratorConfig
 from rlfactory.tools.config import ToolsConfig
+from rlfactory.train.ray_config import RayConfig
 from rlfactory.train.sft_config import SftConfig
 
 
 class AlgoConfig(Section):
     """What the policy update computes: advantages, the policy loss and its regularisers."""
 
-    advantage: Literal["grpo", "dr_grpo", "rloo", "reinforce++", "gae"] = "grpo"
+    advantage: str = "grpo"
     """Advantage estimator. grpo: (r - group mean) / group std; dr_grpo: r - group mean (no std,
     Dr. GRPO); rloo: leave-one-out baseline; reinforce++: batch-normalised r - group mean;
-    gae: per-token GAE with a learned critic (PPO)."""
+    gae: per-token GAE with a learned critic (PPO). Or your own: a name registered with
+    `@rlfactory.algos.register_advantage`, or `module:function` (the module is imported from the
+    config's folder or the path; `function` is a name it registers or a plain function
+    `(rewards [B], groups [B], valid [B]) -> advantages [B]`)."""
     group_size: int = 8
     """Trajectories sampled per prompt (the group that grpo/rloo baselines are taken over)."""
-    loss: Literal["ppo", "gspo"] = "ppo"
-    """Policy loss: ppo (token-level clipped ratio) or gspo (sequence-level clipped ratio)."""
+    loss: str = "ppo"
+    """Policy loss: ppo (token-level clipped ratio) or gspo (sequence-level clipped ratio). Or your
+    own: a name registered with `@rlfactory.algos.register_policy_loss`, or `module:function`
+    (as for `advantage`; the signature is in rlfactory/algos/losses.py)."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = "token-mean"
     """How per-token losses are averaged: over all loss tokens of the minibatch (DAPO), per
     sequence then over sequences (GRPO paper), summed per sequence, or summed and divided by
@@ -59,6 +69,15 @@ class AlgoConfig(Section):
     """gae: weight of the critic's value loss."""
     value_clip: float = 0.2
     """gae: clip range of the critic's value update."""
+
+    @field_validator("advantage", "loss")
+    @classmethod
+    def _registered(cls, name: str, info: ValidationInfo) -> str:
+        if ":" in name:  # `module:function` may live next to the config
+            base = (info.context or {}).get("base_dir")
+            if base and base not in sys.path:
+                sys.path.insert(0, base)
+        return resolve_advantage(name) if info.field_name == "advantage" else resolve_policy_loss(name)
 
     @model_validator(mode="after")
     def _check(self) -> "AlgoConfig":
@@ -123,6 +142,10 @@ class TrainerConfig(Section):
     """Write every step's trajectories to run_dir/trajectories/step_NNNNNN.jsonl."""
     progress: bool = True
     """Show a progress bar on stderr."""
+    backend: Literal["local", "ray"] = "local"
+    """local: roll out and learn in this process. ray: the learner stays in this process, rollout
+    workers and MCP tool servers run as Ray actors (settings in the `ray:` section; needs
+    `pip install 'rlfactory[ray]'`)."""
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":
@@ -140,6 +163,8 @@ class RunConfig(Section):
     reward: RewardConfig = RewardConfig()
     sampling: SamplingConfig = SamplingConfig()
     rollout: RolloutConfig = RolloutConfig()
+    generator: GeneratorConfig = GeneratorConfig()
     algo: AlgoConfig = AlgoConfig()
     trainer: TrainerConfig = TrainerConfig()
+    ray: RayConfig = RayConfig()
     sft: SftConfig = SftConfig()

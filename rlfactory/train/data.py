@@ -28,6 +28,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def pin_threads() -> None:
+    """Fix torch's CPU threading for the rest of the process, so that float results depend on the
+    thread count only, not on whether something in this process called `torch.set_num_threads`
+    before. (That call also turns MKL's dynamic threading off: a process that never made it runs
+    MKL matrix products with a different split, and its weights drift from an identical run's by
+    a few ulps in one step. A resumed run in a fresh process must match the run it continues.)"""
+    torch.set_num_threads(torch.get_num_threads())
+
+
 def step_generator(seed: int, step: int, what: str) -> torch.Generator:
     """A CPU torch.Generator seeded from (seed, step, what)."""
     g = torch.Generator()

@@ -6,14 +6,14 @@ import contextlib
 from typing import Any, Iterator
 
 from rlfactory.rewards.base import score_all
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 from rlfactory.train.metrics import accuracy_of, trajectory_metrics
 
 
 @contextlib.contextmanager
 def sampling_override(engine: Any, greedy: bool) -> Iterator[None]:
     """Make `engine` sample greedily for the duration (when `greedy`)."""
-    old = getattr(engine, "sampling", None)
+    old = engine.sampling
     if greedy and old is not None:
         engine.sampling = old.model_copy(update={"greedy": True})
     try:
@@ -47,9 +47,11 @@ async def evaluate(engine: Any, reward: Any, rows: list[dict[str, Any]], *, n: i
     for t, s in zip(trajs, await score_all(reward, trajs)):
         if s is not None:
             t.reward, t.reward_terms = float(s.total), dict(s.terms)
+    by_group: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        by_group.setdefault(t.group, []).append(t)
     questions = []
-    for i, row in enumerate(rows):
-        group = trajs[i * n : (i + 1) * n]
+    for i, (row, group) in enumerate(zip(rows, by_group.values())):  # the engine's groups come in row order
         scored = [t for t in group if t.reward is not None]
         accs = [a for t in scored if (a := accuracy_of(t)) is not None]
         terms = sorted({k for t in scored for k in t.reward_terms})

@@ -16,11 +16,14 @@ logprobs are comparable with the sampler's (see rlfactory/rollout/sampling.py).
 from __future__ import annotations
 
 import contextlib
+from typing import Any
+
 import torch
 from torch import nn
 from transformers import DynamicCache
 
 from rlfactory.algos.utils import entropy_from_logits, token_logprobs
+from rlfactory.rollout.attention_masks import mask_plan
 from rlfactory.train.batch import TrainBatch, micro_batches
 
 
@@ -45,17 +48,28 @@ def predictive_hidden(decoder: nn.Module, batch: TrainBatch, share_prefix: bool 
     pm, cm, idx = batch.prompt_mask, batch.completion_mask, batch.prompt_index
     plen = pm.sum(-1)  # [P]
     lc = batch.completion_ids.shape[1]
+    plan = mask_plan(decoder)  # sliding-window layers: masks by position (padding splits the columns)
+
+    def attention(mask: torch.Tensor, key_pos: torch.Tensor, query_pos: torch.Tensor) -> Any:
+        if plan is None:
+            return mask
+        cols = mask.shape[1] - query_pos.shape[1] + torch.arange(query_pos.shape[1], device=mask.device)
+        return plan.build(key_pos, mask.bool(), query_pos, query_col=cols)
+
     if not share_prefix:
         ids = torch.cat([batch.prompt_ids[idx], batch.completion_ids], 1)
         mask = torch.cat([pm[idx], cm], 1)
         # positions count real tokens only, so a padded prompt continues at its own length
         pos = torch.cat([(pm.cumsum(-1) - 1).clamp(min=0)[idx], plen[idx, None] + torch.arange(lc, device=cm.device)], 1)
-        h = decoder(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).last_hidden_state
+        h = decoder(input_ids=ids, attention_mask=attention(mask, pos, pos), position_ids=pos,
+                    use_cache=False).last_hidden_state
         start = plen[idx] - 1  # the state after the last prompt token predicts completion token 0
         cols = torch.cat([start[:, None], pm.shape[1] + torch.arange(lc - 1, device=cm.device).expand(len(idx), -1)], 1)
         return h.gather(1, cols.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
     pos_p = (pm.cumsum(-1) - 1).clamp(min=0)
-    out = decoder(input_ids=batch.prompt_ids, attention_mask=pm, position_ids=pos_p, use_cache=True)
+    # A config-less cache keeps every column (a model's own cache drops keys that slid out of a window).
+    out = decoder(input_ids=batch.prompt_ids, attention_mask=attention(pm, pos_p, pos_p), position_ids=pos_p,
+                  past_key_values=DynamicCache(), use_cache=True)
     cache = DynamicCache()
     for layer, entry in enumerate(out.past_key_values.layers):
         cache.update(entry.keys.index_select(0, idx), entry.values.index_select(0, idx), layer)
@@ -63,8 +77,9 @@ def predictive_hidden(decoder: nn.Module, batch: TrainBatch, share_prefix: bool 
     if lc == 1:
         return last.unsqueeze(1)
     pos_c = plen[idx, None] + torch.arange(lc - 1, device=cm.device)
+    mask_c = torch.cat([pm[idx], cm[:, :-1]], 1)
     hc = decoder(
-        input_ids=batch.completion_ids[:, :-1], attention_mask=torch.cat([pm[idx], cm[:, :-1]], 1),
+        input_ids=batch.completion_ids[:, :-1], attention_mask=attention(mask_c, torch.cat([pos_p[idx], pos_c], 1), pos_c),
         position_ids=pos_c, past_key_values=cache, use_cache=True,
     ).last_hidden_state
     return torch.cat([last.unsqueeze(1), hc], 1)

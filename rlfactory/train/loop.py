@@ -29,14 +29,16 @@ from rlfactory.algos.advantages import (
     outcome_to_token_rewards,
 )
 from rlfactory.config import dump_config
-from rlfactory.rewards.base import score_all
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.envs.base import Env
+from rlfactory.rewards.base import Reward, score_all
+from rlfactory.rollout.build import pad_id_of
 from rlfactory.train.annotate import annotate_trajectories
+from rlfactory.trajectory import Trajectory
 from rlfactory.train.batch import collate
 from rlfactory.train.checkpoint import CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from rlfactory.train.config import RunConfig
 from rlfactory.train.critic import Critic
-from rlfactory.train.data import PromptSampler, derive_seed, seed_everything, step_generator
+from rlfactory.train.data import PromptSampler, derive_seed, pin_threads, seed_everything, step_generator
 from rlfactory.train.evaluate import evaluate
 from rlfactory.train.logprobs import batched_logprobs
 from rlfactory.train.metrics import logprob_mismatch, tensor_stats, trajectory_metrics
@@ -50,14 +52,17 @@ from rlfactory.train.model import (
 )
 from rlfactory.train.runlog import RunLog
 from rlfactory.train.update import PolicyUpdate, UpdateData
+from rlfactory.train.weight_sync import make_weight_sync
 
 
 class Trainer:
     """Owns the policy, optimizer and step of one run.
 
-    `session` is an open rollout session (rlfactory.rollout.build.open_rollout): its `engine`
-    rolls out, its `generator.model` is the policy (trained in place), `tokenizer` is saved with
-    every checkpoint.
+    `session` is an open rollout session (rlfactory.rollout.build.open_rollout, or
+    rlfactory.distributed.open_ray_rollout): its `engine` rolls out, its `model` is the policy
+    (trained in place; the local generator samples from it, generation servers and Ray rollout
+    workers get its weights after each update through its `weight_sync`), `tokenizer` is saved
+    with every checkpoint.
     """
 
     def __init__(self, cfg: RunConfig, session: Any, reward: Any, train_rows: list[dict], test_rows: list[dict] | None = None) -> None:
@@ -67,10 +72,13 @@ class Trainer:
         self.reward = reward
         self.test_rows = test_rows or []
         tr, algo = cfg.trainer, cfg.algo
-        base = session.generator.model
+        base = session.model
         self.device = next(base.parameters()).device
         self.tokenizer = session.tokenizer
-        self.pad_id = int(session.generator.pad_id)
+        self.pad_id = pad_id_of(session.tokenizer, base)
+        # Generators that do not read the policy in place get its weights pushed after updates:
+        # the session's own (Ray rollout workers) or the generation servers' weight sync.
+        self.weight_sync = getattr(session, "weight_sync", None) or make_weight_sync(cfg, session.generator)
         self.temperature = cfg.sampling.logprob_temperature
         if tr.gradient_checkpointing:
             base.gradient_checkpointing_enable()
@@ -103,14 +111,18 @@ class Trainer:
         t0 = time.perf_counter()
         seed_everything(derive_seed(cfg.trainer.seed, step, "global"))
         self._reseed_generation(derive_seed(cfg.trainer.seed, step, "sampling"))
+        synced = await self.weight_sync.ensure(self.policy, self.version) if self.weight_sync else {}
         rows = self.sampler.rows_for(step - 1)
-        trajs = await self.engine.run(rows, algo.group_size, policy_version=self.version)
+        # Each row's draws are seeded on their own, so a trajectory does not depend on the batch
+        # it is generated in (the same whether one engine or several Ray workers roll the step out).
+        seeds = [derive_seed(cfg.trainer.seed, step, "sampling", i) for i in range(len(rows))]
+        trajs = await self.engine.run(rows, algo.group_size, policy_version=self.version, seeds=seeds)
         t_gen = time.perf_counter() - t0
         await self._score(trajs)
         t_score = time.perf_counter() - t0 - t_gen
 
         metrics = trajectory_metrics(trajs)
-        rewards, groups, valid = _reward_tensors(trajs, algo.group_size)
+        rewards, groups, valid = _reward_tensors(trajs)
         has_tokens = torch.tensor([any(t.loss_mask) for t in trajs], dtype=torch.bool)
         keep = valid & has_tokens
         if algo.dynamic_sampling:
@@ -123,6 +135,9 @@ class Trainer:
             metrics.update(self._learn(step, trajs, rewards, groups, valid, keep))
         t_train = time.perf_counter() - t1
         self.version += 1
+        if self.weight_sync is not None:
+            synced = await self.weight_sync.push(self.policy, self.version)
+        metrics.update(synced)
         self.step_done = step
         metrics.update({
             "policy_version": float(self.version),
@@ -180,9 +195,15 @@ class Trainer:
     # ---- the run ----------------------------------------------------------------------------
 
     async def run(self, log: RunLog) -> list[dict[str, float]]:
-        """Steps from the last completed one to trainer.steps, with logging, checkpoints, evals."""
+        """Steps from the last completed one to trainer.steps, with logging, checkpoints, evals.
+
+        Resumed at a step whose evaluation was due but never logged (the run was killed during
+        it, after the step's checkpoint was written), that evaluation runs first.
+        """
         tr = self.cfg.trainer
         history = []
+        if self._eval_due(self.step_done) and not log.has_eval(self.step_done):
+            await self._evaluate_and_log(log)
         bar = _progress(tr.steps, self.step_done, enabled=tr.progress)
         try:
             for step in range(self.step_done + 1, tr.steps + 1):
@@ -193,9 +214,8 @@ class Trainer:
                 history.append(metrics)
                 if step == tr.steps or (tr.save_every > 0 and step % tr.save_every == 0):
                     self.save()
-                if tr.eval_every > 0 and step % tr.eval_every == 0 and self.test_rows:
-                    report = await self.evaluate()
-                    log.log(step, report["averages"], kind="eval")
+                if self._eval_due(step):
+                    await self._evaluate_and_log(log)
                 if bar is not None:
                     bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['accuracy']:.2f}",
                                     tok_s=f"{metrics['perf/gen_tokens_per_s']:.0f}", refresh=False)
@@ -204,6 +224,14 @@ class Trainer:
             if bar is not None:
                 bar.close()
         return history
+
+    def _eval_due(self, step: int) -> bool:
+        every = self.cfg.trainer.eval_every
+        return every > 0 and step > 0 and step % every == 0 and bool(self.test_rows)
+
+    async def _evaluate_and_log(self, log: RunLog) -> None:
+        report = await self.evaluate()
+        log.log(self.step_done, report["averages"], kind="eval")
 
     async def evaluate(self) -> dict[str, Any]:
         tr = self.cfg.trainer
@@ -244,14 +272,15 @@ class Trainer:
         self.policy.eval()
 
 
-def _reward_tensors(trajs: list[Trajectory], group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _reward_tensors(trajs: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """rewards [B] float (0 where unscored), groups [B] long, valid [B] bool.
 
-    The engine returns n trajectories per row, row-major; the group is the row's position in
-    the step (not its id, which may repeat when a step wraps around the dataset).
+    groups[b] numbers `trajs[b].group` (the engine's group: one per row of the step, unique even
+    when a step wraps around the dataset and meets a row again).
     """
     rewards = torch.tensor([t.reward if t.reward is not None else 0.0 for t in trajs], dtype=torch.float32)
-    groups = torch.arange(len(trajs), dtype=torch.long) // max(group_size, 1)
+    numbers: dict[str, int] = {}
+    groups = torch.tensor([numbers.setdefault(t.group, len(numbers)) for t in trajs], dtype=torch.long)
     valid = torch.tensor([t.reward is not None for t in trajs], dtype=torch.bool)
     return rewards, groups, valid
 
@@ -280,15 +309,15 @@ def tools_by_name(session: Any) -> dict[str, Any]:
     return session.runner.tools()
 
 
-def env_reward(env: Any) -> Any:
+def env_reward(env: Env) -> Reward | None:
     """The env's own reward, or None when it has none (then `reward:` must be configured)."""
     try:
         return env.reward()
-    except NotImplementedError:
+    except NotImplementedError:  # envs written against the old base class raised for "none"
         return None
 
 
-def load_env_data(env: Any, split: str) -> list[dict]:
+def load_env_data(env: Env, split: str) -> list[dict]:
     try:
         return list(env.load_split(split))
     except (NotImplementedError, KeyError, FileNotFoundError, ValueError):
@@ -297,15 +326,24 @@ def load_env_data(env: Any, split: str) -> list[dict]:
         return []
 
 
-async def train(cfg: RunConfig, resume: bool = False) -> list[dict[str, float]]:
-    """`rlfactory train`: run (or continue) the configured training; returns the new steps' metrics."""
+async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None) -> list[dict[str, float]]:
+    """`rlfactory train`: run (or continue) the configured training; returns the new steps' metrics.
+
+    `open_session(cfg)` opens the rollout session (default: rlfactory.rollout.build.open_rollout,
+    everything in this process; `rlfactory train` passes rlfactory.distributed.open_ray_rollout
+    for `trainer.backend: ray`).
+    """
     from rlfactory.rewards import build_reward
     from rlfactory.rollout.build import open_rollout
 
+    pin_threads()
+    if open_session is None and cfg.trainer.backend != "local":
+        raise ValueError(f"trainer.backend {cfg.trainer.backend!r} needs its session opener "
+                         "(rlfactory train passes rlfactory.distributed.open_ray_rollout)")
     run_dir, ckpt = prepare_run_dir(cfg, resume)
     if resume and ckpt is None:
         print(f"rlfactory train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
-    async with open_rollout(cfg) as session:
+    async with (open_session or open_rollout)(cfg) as session:
         env = session.env
         reward = build_reward(cfg.reward, default=env_reward(env), tools=tools_by_name(session))
         trainer = Trainer(cfg, session, reward, load_env_data(env, "train"),

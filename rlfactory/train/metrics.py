@@ -8,11 +8,10 @@ from typing import Sequence
 
 import torch
 
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import STATUSES, Trajectory
 
 # Reward terms that mean "the answer is right", in order of preference.
 ACCURACY_TERMS = ("accuracy", "correct", "correctness", "exact_match", "numeric", "verify", "substring_match", "em")
-STATUSES = ("ok", "truncated", "malformed", "infra_error")
 
 
 def accuracy_of(traj: Trajectory) -> float | None:

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlfactory.rollout.trajectory import Trajectory, write_jsonl
+from rlfactory.trajectory import Trajectory, write_jsonl
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -77,6 +77,10 @@ class RunLog:
                 if isinstance(v, (int, float)) and math.isfinite(v):
                     self._tb.add_scalar(prefix + k, v, step)
             self._tb.flush()
+
+    def has_eval(self, step: int) -> bool:
+        """Whether eval.jsonl holds an evaluation of `step`."""
+        return any(int(r.get("step", -1)) == step for r in read_metrics(self.eval_path))
 
     def trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
         self.traj_dir.mkdir(exist_ok=True)

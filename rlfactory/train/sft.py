@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import torch
 
 from rlfactory.chat.template import ModelTurn
-from rlfactory.rollout.trajectory import Segment, Trajectory
+from rlfactory.trajectory import Segment, Trajectory
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 from rlfactory.train.batch import collate
 from rlfactory.train.data import step_generator

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rlfactory.chat import Llama3ToolManager, Qwen3ToolManager, SearchR1ToolManager
+from rlfactory.chat import Llama3ToolManager, Qwen3ToolManager, SearchR1ToolManager, TemplateToolManager
 
-FAMILIES = ["qwen3", "llama3", "searchr1"]
+FAMILIES = ["qwen3", "llama3", "searchr1", "template", "template-mistral"]
 
 
 def load_fuzz():
@@ -34,7 +34,8 @@ fuzz = load_fuzz()
 @pytest.fixture(scope="module")
 def managers(tiny_tokenizer):
     return {"qwen3": Qwen3ToolManager(tiny_tokenizer), "llama3": Llama3ToolManager(tiny_tokenizer),
-            "searchr1": SearchR1ToolManager(tiny_tokenizer)}
+            "searchr1": SearchR1ToolManager(tiny_tokenizer), "template": TemplateToolManager(tiny_tokenizer),
+            "template-mistral": TemplateToolManager(tiny_tokenizer, call_format="mistral")}
 
 
 @pytest.mark.parametrize("family", FAMILIES)

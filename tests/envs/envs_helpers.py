@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from rlfactory.rollout.trajectory import Segment, ToolCallRecord, Trajectory
+from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory
 
 
 def demo_to_trajectory(env: Any, row: dict[str, Any], messages: list[dict[str, Any]]) -> Trajectory:

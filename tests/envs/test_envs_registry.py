@@ -91,3 +91,29 @@ def test_example_configs_validate_and_build_their_env(name):
         rows = env.load_split("train")
         assert rows and env.reset(rows[0])[-1]["role"] == "user"
         assert env.reward() is not None
+
+
+class NoInitEnv(Env):
+    """Only `reset`: everything else comes from the Env protocol's defaults."""
+
+    def reset(self, row):
+        return [{"role": "user", "content": row["q"]}]
+
+
+def test_an_env_subclass_gets_the_defaults_and_takes_no_options_it_does_not_name():
+    env = env_from_config(EnvConfig(name=f"{__name__}:NoInitEnv"), family="qwen3")  # family is not passed
+    assert isinstance(env, NoInitEnv) and env.max_turns == 4 and env.reward() is None
+    assert env.info({"q": 1}) == {"q": 1} and env.end_episode(None, None) is None and env.tools().python == []
+    with pytest.raises(ValueError, match="has no 'train' split"):
+        env.load_split("train")
+    with pytest.raises(TypeError, match="NoInitEnv.*cannot be built with option.*colour"):
+        make_env(NoInitEnv, colour="red")
+
+
+def test_an_env_without_reset_is_refused_by_name():
+    class Forgetful(Env):
+        def load_split(self, split):
+            return []
+
+    with pytest.raises(TypeError, match="does not implement reset"):
+        make_env(Forgetful)

@@ -14,7 +14,7 @@ from rlfactory.rewards import (
     build_reward,
     score_all,
 )
-from rlfactory.rollout.trajectory import Segment, ToolCallRecord, Trajectory
+from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory
 
 
 def make(text, answer="Paris", calls=0, status="ok"):

@@ -16,7 +16,7 @@ from rlfactory.rewards import (
     build_reward,
     number_score,
 )
-from rlfactory.rollout.trajectory import Segment, Trajectory
+from rlfactory.trajectory import Segment, Trajectory
 
 
 class _Handler(BaseHTTPRequestHandler):

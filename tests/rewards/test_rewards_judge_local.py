@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 from rlfactory.config import validate
 from rlfactory.rewards import JudgeReward, LocalJudge, RewardConfig, build_reward
 from rlfactory.rewards.judge import DEFAULT_TEMPLATE
-from rlfactory.rollout.trajectory import Segment, Trajectory
+from rlfactory.trajectory import Segment, Trajectory
 
 SENTENCES = [
     "You are grading an answer to a question against a reference answer.",

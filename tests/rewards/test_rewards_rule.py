@@ -15,7 +15,7 @@ from rlfactory.rewards import (
     reward_term,
     score_all,
 )
-from rlfactory.rollout.trajectory import Segment, ToolCallRecord, Trajectory
+from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory
 
 
 def make(text, info=None, calls=(), status="ok", turns=1):

@@ -16,7 +16,7 @@ from rlfactory.rewards import (
     tagged_answer,
     token_f1,
 )
-from rlfactory.rollout.trajectory import Segment, Trajectory
+from rlfactory.trajectory import Segment, Trajectory
 
 
 def make(model_turns, info=None, prompt="Q?"):

@@ -19,7 +19,7 @@ from rlfactory.rewards import (
     same_output,
     same_rows,
 )
-from rlfactory.rollout.trajectory import Segment, Trajectory
+from rlfactory.trajectory import Segment, Trajectory
 from rlfactory.tools.base import ToolResult
 from rlfactory.tools.function import function_tool
 

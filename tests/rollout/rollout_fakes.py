@@ -12,6 +12,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rlfactory.chat.base import Answer, Malformed, ToolCalls
+from rlfactory.envs.base import Env
 from rlfactory.rollout.generator import GenRequest, GenResult
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 
@@ -111,16 +112,13 @@ class FakeRunner:
         return out
 
 
-class RowsEnv:
+class RowsEnv(Env):
     """A minimal env: the row's `question` is the user message; tools run through the runner."""
 
     max_turns = 4
 
     def reset(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"role": "user", "content": row["question"]}]
-
-    async def step(self, calls, runner):
-        return await runner.run(calls)
 
 
 def tiny_random_lm(vocab: int = 300, seed: int = 0) -> Qwen3ForCausalLM:

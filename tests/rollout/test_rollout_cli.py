@@ -8,7 +8,7 @@ import pytest
 from rollout_fakes import one_torch_thread
 
 from rlfactory.cli.main import main
-from rlfactory.rollout.trajectory import read_jsonl
+from rlfactory.trajectory import read_jsonl
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rollout_calculator.yaml"
 single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)

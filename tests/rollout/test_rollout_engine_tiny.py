@@ -17,7 +17,7 @@ from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.prompt_env import PromptEnv
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 from rlfactory.tiny import resolve_model
 from rlfactory.tools import ToolRunner, function_tool
 from rlfactory.tools.base import ToolResult
@@ -92,7 +92,7 @@ def test_multi_turn_rollout_with_tiny_model_and_real_tools(tiny, mode, tmp_path)
             assert all(lp <= 0 for lp in seg.logprobs) and seg.logprobs[-1] == 0.0  # forced end of turn
         assert t.segments[-1].text.endswith(f"The answer is {n}.<|im_end|>")
         assert sum(t.loss_mask) == sum(len(s.token_ids) for s in t.segments if s.role == "model")
-    from rlfactory.rollout.trajectory import read_jsonl, write_jsonl
+    from rlfactory.trajectory import read_jsonl, write_jsonl
 
     write_jsonl(tmp_path / "t.jsonl", trajs, mode="w")
     assert read_jsonl(tmp_path / "t.jsonl") == trajs
@@ -142,3 +142,21 @@ def test_a_trajectory_waiting_for_a_tool_does_not_hold_the_others_back(tiny):
     run("lockstep")
     assert "opened" in opened["async"]
     assert "gave up" in opened["lockstep"]
+
+
+@pytest.mark.parametrize("mode", ["async", "lockstep"])
+def test_seeded_rows_sample_the_same_tokens_whatever_else_is_in_the_batch(tiny, mode):
+    engine, _ = make_engine(tiny, [add], task_plan(lambda n: n % 3), mode=mode)
+    rows = [{"id": f"r{n}", "question": f"Task {n}: add things."} for n in range(4)]
+    seeds = [5, 6, 7, 8]
+    together = asyncio.run(engine.run(rows, n=2, seeds=seeds))
+    halves = asyncio.run(engine.run(rows[2:], n=2, seeds=seeds[2:])) + asyncio.run(engine.run(rows[:2], n=2, seeds=seeds[:2]))
+    halves = halves[4:] + halves[:4]
+    assert [t.input_ids for t in together] == [t.input_ids for t in halves]
+    assert together[0].input_ids != together[1].input_ids  # a group's samples still differ
+    assert all(t.status == "ok" for t in together)
+    # Without seeds the shared generator's draws depend on what shares the batch.
+    unseeded = asyncio.run(engine.run(rows[:2], n=2))
+    assert [t.input_ids for t in unseeded] != [t.input_ids for t in together[:4]]
+    with pytest.raises(ValueError, match="3 seeds for 4 rows"):
+        asyncio.run(engine.run(rows, n=2, seeds=seeds[:3]))

@@ -8,6 +8,8 @@ import asyncio
 import pytest
 from rollout_fakes import EOT, CharToolManager, FakeRunner, RowsEnv, ScriptedGenerator
 
+from rlfactory.rollout.generator import GenResult
+
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.tools.base import CRASHED, TIMEOUT, ToolCall, ToolResult
@@ -178,3 +180,128 @@ def test_only_the_long_result_of_a_turn_is_cut():
     assert [c.truncated for c in t.tool_calls] == [False, True]
     assert "echo:short" in t.segments[2].text and "[truncated]" in t.segments[2].text
     assert len(t.segments[2].token_ids) <= 60
+
+
+# ---- one loop: decode once, parsing, hooks, infra statuses, groups, the lock-step barrier --------
+
+
+def test_the_turn_is_decoded_once_by_the_generator():
+    """The engine records and parses the generator's text; it never decodes the sampled ids again
+    (here they decode to 'z's, so any second decode would read an answer instead of a call)."""
+
+    class Relabelling(ScriptedGenerator):
+        async def submit(self, req):
+            res = await super().submit(req)
+            z = [ord("z") if i != EOT else i for i in res.token_ids]
+            return GenResult(z, res.logprobs, res.finish_reason, res.text, res.stop_token)
+
+    script = lambda ctx: 'CALL echo {"text": "hi"}<eot>' if turns_seen(ctx) == 0 else "done<eot>"  # noqa: E731
+    engine = RolloutEngine(Relabelling(script), CharToolManager(), FakeRunner(), RowsEnv(), RolloutConfig(),
+                           SamplingConfig())
+    (t,) = asyncio.run(engine.run([{"question": "q"}], 1))
+    assert t.status == "ok" and [c.name for c in t.tool_calls] == ["echo"]
+    assert t.segments[1].text == 'CALL echo {"text": "hi"}<eot>' and set(t.segments[1].token_ids) == {ord("z"), EOT}
+
+
+def test_a_parser_that_raises_ends_only_its_trajectory_as_malformed():
+    class Raising(CharToolManager):
+        def parse(self, text):
+            if "boom" in text:
+                raise RecursionError("maximum recursion depth exceeded")
+            return super().parse(text)
+
+    script = lambda ctx: "boom<eot>" if "bad" in ctx else "fine<eot>"  # noqa: E731
+    engine = RolloutEngine(ScriptedGenerator(script), Raising(), FakeRunner(), RowsEnv(), RolloutConfig(),
+                           SamplingConfig())
+    bad, good = asyncio.run(engine.run([{"question": "bad"}, {"question": "good"}], 1))
+    assert bad.status == "malformed" and "RecursionError" in bad.error and bad.tool_calls[0].status == "malformed"
+    assert good.status == "ok"
+
+
+def test_a_long_turn_is_parsed_off_the_event_loop_and_a_short_one_inline():
+    import threading
+
+    from rlfactory.rollout.episode import PARSE_INLINE_CHARS
+
+    seen = {}
+
+    class Recording(CharToolManager):
+        def parse(self, text):
+            seen[len(text) > PARSE_INLINE_CHARS] = threading.current_thread() is threading.main_thread()
+            return super().parse(text)
+
+    script = lambda ctx: ("x" * (PARSE_INLINE_CHARS + 1) if "long" in ctx else "short") + "<eot>"  # noqa: E731
+    engine = RolloutEngine(ScriptedGenerator(script), Recording(), FakeRunner(), RowsEnv(),
+                           RolloutConfig(max_new_tokens=4000, max_total_tokens=8000), SamplingConfig())
+    trajs = asyncio.run(engine.run([{"question": "long"}, {"question": "short"}], 1))
+    assert [t.status for t in trajs] == ["ok", "ok"]
+    assert seen == {True: False, False: True}
+
+
+def test_the_env_hook_can_end_an_episode():
+    class StopOnCalls(RowsEnv):
+        def end_episode(self, trajectory, turn):
+            return "truncated" if "forbidden" in trajectory.segments[-1].text else None
+
+    script = lambda ctx: 'CALL echo {"text": "forbidden"}<eot>' if turns_seen(ctx) == 0 else "ok<eot>"  # noqa: E731
+    runner = FakeRunner()
+    engine = RolloutEngine(ScriptedGenerator(script), CharToolManager(), runner, StopOnCalls(), RolloutConfig(),
+                           SamplingConfig())
+    (t,) = asyncio.run(engine.run([{"question": "q"}], 1))
+    assert t.status == "truncated" and t.turns == 1 and runner.calls == []
+
+
+@pytest.mark.parametrize("infra, expected", [(None, "infra_error"), (["crashed"], "ok")])
+def test_which_tool_statuses_count_as_infra_failures_is_configurable(infra, expected):
+    runner = FakeRunner({"a": ToolResult.error("the server answers nothing", status="unresponsive")})
+    script = lambda ctx: 'CALL echo {"text": "a"}<eot>' if turns_seen(ctx) == 0 else "ok<eot>"  # noqa: E731
+    limits = {} if infra is None else {"infra_statuses": infra}
+    (t,), _, _ = run(script, [{"question": "q"}], runner=runner, **limits)
+    assert t.status == expected and t.tool_calls[0].status == "unresponsive"
+    if expected == "infra_error":
+        assert "unresponsive" in t.error and len(t.segments) == 2
+    else:
+        assert "answers nothing" in t.segments[2].text  # an observation the model reads
+
+
+def test_infra_statuses_must_be_tool_failure_statuses():
+    with pytest.raises(ValueError, match="rollout.infra_statuses: 'crashd'.*known: error, timeout"):
+        RolloutConfig(infra_statuses=["crashd"])
+    with pytest.raises(ValueError, match="'ok'"):
+        RolloutConfig(infra_statuses=["ok"])
+
+
+def test_a_row_met_twice_in_one_call_is_two_groups():
+    trajs, _, _ = run(lambda ctx: "a<eot>", [{"id": 7, "question": "x"}, {"id": 7, "question": "y"},
+                                              {"id": "7#2", "question": "z"}], n=2)
+    assert [t.group for t in trajs] == ["7", "7", "7#2", "7#2", "7#2#2", "7#2#2"]
+    assert len({t.id for t in trajs}) == 6
+    assert [t.info["question"] for t in trajs[2:4]] == ["y", "y"]
+
+
+def test_lockstep_batches_every_turn_and_releases_in_row_order_whatever_the_tool_timing():
+    class Slow(FakeRunner):
+        async def run(self, calls):
+            await asyncio.sleep(0.05 / (1 + int(calls[0].arguments["text"])))  # row 0's tools finish last
+            return await super().run(calls)
+
+    def script(ctx):
+        return 'CALL echo {"text": "%s"}<eot>' % ctx.split("U:")[1][0] if turns_seen(ctx) < 2 else "done<eot>"
+
+    rows = [{"question": str(i)} for i in range(4)]
+    trajs, gen, runner = run(script, rows, runner=Slow(), mode=("lockstep", "concurrent"))
+    assert [t.status for t in trajs] == ["ok"] * 4
+    rounds = [[r.prompt_ids[len("[echo]U:")] for r in gen.requests[k:k + 4]] for k in range(0, 12, 4)]
+    assert rounds == [[ord(str(i)) for i in range(4)]] * 3
+
+
+def test_an_env_missing_members_is_refused_by_name():
+    class Bare:
+        max_turns = 2
+
+        def reset(self, row):
+            return [{"role": "user", "content": "x"}]
+
+    with pytest.raises(TypeError, match="Bare does not implement load_split, tools, step, reward, info, end_episode"):
+        RolloutEngine(ScriptedGenerator(lambda ctx: "a<eot>"), CharToolManager(), FakeRunner(), Bare(),
+                      RolloutConfig(), SamplingConfig())

@@ -11,7 +11,7 @@ import pytest
 from rlfactory.envs.registry import make_env
 from rlfactory.rollout.prompt_env import PromptEnv, read_rows
 from rlfactory.rollout.summary import format_summary, summarize
-from rlfactory.rollout.trajectory import Segment, ToolCallRecord, Trajectory
+from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory
 
 
 def test_reset_accepts_messages_searchr1_prompt_and_question():

@@ -59,3 +59,43 @@ def test_bad_settings_are_config_errors():
         SamplingConfig(top_p=0)
     with pytest.raises(ValueError):
         SamplingConfig(temperature=-1)
+
+
+def test_draw_follows_the_distribution_and_never_draws_a_zero_probability_token():
+    from rlfactory.rollout.sampling import draw
+
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0]]).repeat(20000, 1) * 3  # unnormalised is fine
+    tok = draw(probs, torch.rand(len(probs), generator=torch.Generator().manual_seed(0)))
+    freq = torch.bincount(tok, minlength=6).float() / len(tok)
+    assert freq[[0, 2, 5]].sum() == 0
+    assert torch.allclose(freq[[1, 3, 4]], torch.tensor([0.5, 0.3, 0.2]), atol=0.02)
+    one_hot = torch.zeros(3, 7)
+    one_hot[torch.arange(3), torch.tensor([0, 6, 3])] = 1.0  # a forced token at either end or inside
+    assert draw(one_hot, torch.tensor([0.0, 0.5, 0.999999])).tolist() == [0, 6, 3]
+
+
+def test_seeded_uniforms_are_a_pure_function_of_seed_and_position():
+    from rlfactory.rollout.sampling import seeded_uniforms
+
+    u = seeded_uniforms([1, 1, 2, 1], [0, 1, 0, 0])
+    assert u.dtype == torch.float64 and bool(((u >= 0) & (u < 1)).all())
+    assert u[0] == u[3] and len({float(x) for x in u[:3]}) == 3
+    many = seeded_uniforms(list(range(20000)), [3] * 20000)
+    assert abs(float(many.mean()) - 0.5) < 0.01 and abs(float((many < 0.1).float().mean()) - 0.1) < 0.01
+
+
+def test_uniform_draws_follow_the_distribution_and_each_row_only_its_own_number():
+    from rlfactory.rollout.sampling import seeded_uniforms
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 20)
+    settings = [SamplingConfig(temperature=0.7, top_k=8), SamplingConfig(), SamplingConfig(top_p=0.5)] * 2
+    u = seeded_uniforms([11, 12, 13, 14, 15, 16], [0] * 6)
+    tok, lp = sample(logits, rows(*settings), uniforms=u)
+    part, _ = sample(logits[[4, 1]], rows(settings[4], settings[1]), uniforms=u[[4, 1]])
+    assert part.tolist() == tok[[4, 1]].tolist()  # a row's token does not depend on the others
+    probs = torch.tensor([0.1, 0.0, 0.6, 0.3])
+    draws, _ = sample(probs.log().repeat(20000, 1), rows(*[SamplingConfig()] * 20000),
+                      uniforms=seeded_uniforms(list(range(20000)), [0] * 20000))
+    freq = torch.bincount(draws, minlength=4).float() / 20000
+    assert freq[1] == 0 and torch.allclose(freq, probs, atol=0.015)

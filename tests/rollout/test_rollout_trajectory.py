@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlfactory.rollout.trajectory import Segment, ToolCallRecord, Trajectory, read_jsonl, write_jsonl
+from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory, read_jsonl, write_jsonl
 
 ids = st.lists(st.integers(0, 200_000), max_size=20)
 floats = st.floats(allow_nan=False, allow_infinity=False, width=64)

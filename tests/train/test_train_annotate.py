@@ -61,7 +61,7 @@ def test_logged_trajectories_carry_trainer_logprobs_advantages_and_per_tool_metr
 
 
 def test_per_tool_metrics_count_calls_errors_timeouts_and_mean_latency():
-    from rlfactory.rollout.trajectory import ToolCallRecord
+    from rlfactory.trajectory import ToolCallRecord
     from rlfactory.train.metrics import trajectory_metrics
 
     a = make_traj([("prompt", [1]), ("model", [2])])

@@ -84,6 +84,9 @@ def test_train_writes_the_run_dir_and_eval_reports(tmp_path, capsys):
 
 
 def test_resume_after_sigkill_mid_step_matches_an_uninterrupted_run(tmp_path, capsys):
+    # As in a full test session, this process has called torch.set_num_threads before (other
+    # tests do); the killed run below is a fresh process that has not. Their numbers must agree.
+    torch.set_num_threads(torch.get_num_threads())
     steps = {"steps": 2, "save_every": 1}
     full = run_config(tmp_path, "full", trainer=steps)
     assert main(["train", full]) == 0
@@ -110,6 +113,35 @@ def test_resume_after_sigkill_mid_step_matches_an_uninterrupted_run(tmp_path, ca
     assert got == expected
     assert sorted(p.name for p in (tmp_path / "cut" / "trajectories").iterdir()) == [
         "step_000001.jsonl", "step_000002.jsonl"]
+
+
+def test_an_evaluation_cut_short_by_a_kill_is_redone_on_resume(tmp_path, capsys):
+    sections = {"trainer": {"steps": 2, "save_every": 1, "eval_every": 1, "eval_limit": 2},
+                "reward": {"terms": {"train_fixtures:low_ids": 1.0, "train_fixtures:blocks_in_eval": 1.0}}}
+    full = run_config(tmp_path, "full", **sections)
+    assert main(["train", full]) == 0
+    expected = _deterministic(read_metrics(tmp_path / "full" / "eval.jsonl"))
+    assert [r["step"] for r in expected] == [1, 2]
+
+    cut = run_config(tmp_path, "cut", **sections)
+    marker = tmp_path / "evaluating"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+           "RLF_TEST_BLOCK_EVAL": str(marker)}
+    proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "train", cut], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    os.kill(proc.pid, signal.SIGKILL)  # in the middle of step 1's evaluation
+    proc.wait()
+    assert (tmp_path / "cut" / "checkpoints" / "step_000001" / "meta.json").is_file()
+    assert read_metrics(tmp_path / "cut" / "eval.jsonl") == []
+
+    assert main(["train", cut, "--resume"]) == 0
+    assert _deterministic(read_metrics(tmp_path / "cut" / "eval.jsonl")) == expected
+    assert _deterministic(read_metrics(tmp_path / "cut" / "metrics.jsonl")) == _deterministic(
+        read_metrics(tmp_path / "full" / "metrics.jsonl"))
 
 
 @pytest.mark.parametrize("variant", ["rloo_gspo_kl_bf16", "gae_epochs", "lora_kl"])
@@ -145,7 +177,7 @@ class _FixedEngine:
         self.trajs = trajs
         self.sampling = None
 
-    async def run(self, rows, n, policy_version=0):
+    async def run(self, rows, n, policy_version=0, *, seeds=None):
         assert len(rows) * n == len(self.trajs)
         return self.trajs
 
@@ -157,8 +189,9 @@ def test_infra_error_trajectories_are_left_out_of_baseline_and_loss(tmp_path):
     broken = traj([3, 4], "g0", "b")
     broken.status, broken.error = "infra_error", "tool server died"
     trajs = [traj([60, 61], "g0", "a"), broken, traj([5, 6], "g1", "c"), traj([8, 7], "g1", "d")]
-    session = SimpleNamespace(engine=_FixedEngine(trajs), generator=SimpleNamespace(model=tiny_qwen3(), pad_id=0),
-                              tokenizer=None, runner=None, env=None)
+    model = tiny_qwen3()
+    session = SimpleNamespace(engine=_FixedEngine(trajs), generator=SimpleNamespace(model=model, pad_id=0), model=model,
+                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
     cfg = load_config(RunConfig, run_config(tmp_path, algo={"group_size": 2}, trainer={"prompts_per_step": 2}))
     reward = RuleReward({"train_fixtures:first_token_even": 1.0})  # raises if asked to score an infra_error
     trainer = Trainer(cfg, session, reward, train_rows=[{"id": 0}, {"id": 1}])
@@ -184,3 +217,39 @@ def test_infra_error_trajectories_are_left_out_of_baseline_and_loss(tmp_path):
     assert data.advantages[0].item() == 0.0
     assert data.advantages[1].item() == -data.advantages[2].item() < 0
     assert metrics["optim/grad_norm"] > 0
+
+
+CUSTOM_ALGOS = '''
+from rlfactory.algos import grpo_advantages, ppo_clip_loss, register_policy_loss
+
+CALLS = {"advantage": 0, "loss": 0}
+
+
+def centred(rewards, groups, valid):
+    CALLS["advantage"] += 1
+    return grpo_advantages(rewards, groups, valid, norm_by_std=False)
+
+
+@register_policy_loss("test-half-ppo")
+def half_ppo(*args, **kwargs):
+    CALLS["loss"] += 1
+    loss, metrics = ppo_clip_loss(*args, **kwargs)
+    return loss / 2, metrics
+'''
+
+
+def test_a_users_advantage_and_loss_are_named_in_the_yaml(tmp_path, capsys):
+    (tmp_path / "algos_of_a_user.py").write_text(CUSTOM_ALGOS)
+    cfg_path = run_config(tmp_path, algo={"advantage": "algos_of_a_user:centred", "loss": "algos_of_a_user:test-half-ppo"},
+                          trainer={"steps": 1})
+    assert main(["train", cfg_path]) == 0
+    import algos_of_a_user
+
+    (rec,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert algos_of_a_user.CALLS["advantage"] == 1 and algos_of_a_user.CALLS["loss"] >= (rec["batch/kept"] > 0)
+
+    bad = run_config(tmp_path, "bad", algo={"advantage": "grpo_typo"})
+    capsys.readouterr()
+    assert main(["train", bad]) == 2
+    err = capsys.readouterr().err
+    assert "algo.advantage" in err and "unknown advantage estimator 'grpo_typo'" in err and "rloo" in err

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlfactory.chat import make_tool_manager
-from rlfactory.rollout.trajectory import Trajectory
+from rlfactory.trajectory import Trajectory
 from rlfactory.tiny import resolve_model
 from rlfactory.tools.base import ToolSpec
 from rlfactory.train.sft import demo_to_trajectory, sft_train

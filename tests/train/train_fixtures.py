@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlfactory.rollout.trajectory import Segment, Trajectory
+from rlfactory.trajectory import Segment, Trajectory
 
 VOCAB = 64
 
@@ -57,3 +57,17 @@ def first_token_even(trajectory) -> float:
     """1.0 when the first model token has an even id."""
     ids = [t for s in trajectory.segments if s.role == "model" for t in s.token_ids]
     return float(bool(ids) and ids[0] % 2 == 0)
+
+
+def blocks_in_eval(trajectory) -> float:
+    """0.0; but in a process with $RLF_TEST_BLOCK_EVAL set, scoring a test-split trajectory (an
+    evaluation) touches that file and blocks, so that a test can kill the process right there."""
+    import os
+    import time
+    from pathlib import Path
+
+    marker = os.environ.get("RLF_TEST_BLOCK_EVAL")
+    if marker and trajectory.info.get("extra_info", {}).get("split") == "test":
+        Path(marker).touch()
+        time.sleep(3600)
+    return 0.0

@@ -51,7 +51,6 @@ class SearchEnv(Env):
                  system_prompt: str | None = None, searchr1_single_turn: bool = False, seed: int = 0, n_train_entities: int = 200,
                  n_test_entities: int = 50, max_hops: int = 2, data_dir: str | None = None, guess_rate: float = 0.0,
                  **options: Any) -> None:
-        super().__init__(**options)
         if options:
             raise TypeError(f"search env: unknown option(s) {', '.join(sorted(options))}")
         self.family = family or "qwen3"

@@ -1,0 +1,88 @@
+"""`rlfactory serve MODEL [--port 8000] [--max-batch 256] [--host 127.0.0.1]`: serve a model with
+rlfactory's local generator (continuous batching, KV cache) over vLLM's completions API and
+SGLang's `/generate` (token ids in and out), with weight updates and a policy version."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="serve a model for generation over vLLM / SGLang-shaped HTTP (token ids in and out)",
+        description=__doc__,
+    )
+    p.add_argument("model", help="model path as in model.path: tiny:1m, tiny:10m or a Hugging Face folder")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; anyone who can "
+                   "reach the port can replace the weights)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--max-batch", type=int, default=256, help="most sequences decoded in one batch (default 256)")
+    p.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda[:i]")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights dtype")
+    p.add_argument("--seed", type=int, default=None, help="seed of the sampling random generator")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--policy-version", type=int, default=0, help="the version the starting weights count as")
+    p.add_argument("--logits-processor", default=None, metavar="MODULE:FACTORY",
+                   help="FACTORY(tokenizer) returns a local-generator logits processor applied to every turn, e.g. "
+                   "a ScriptedPolicy that makes an untrained model follow a tool-use script (tests, benchmarks); "
+                   "the current folder is importable")
+    p.add_argument("--exit-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
+    p.set_defaults(func=run)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit when the process that started us is gone (no orphaned servers after a crash)."""
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(0)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_batch < 1:
+        print("rlfactory serve: --max-batch must be >= 1", file=sys.stderr)
+        return 2
+    if args.exit_with_parent:
+        _exit_with_parent(args.exit_with_parent)
+    import torch
+    import uvicorn
+
+    from rlfactory.rollout.build import load_model, pad_id_of, pick_device
+    from rlfactory.rollout.config import ModelConfig
+    from rlfactory.serve.app import build_app
+    from rlfactory.serve.served import ServedModel
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(ModelConfig(path=args.model, dtype=args.dtype), pick_device(args.device))
+    served = ServedModel(model, tokenizer, name=args.model, pad_id=pad_id_of(tokenizer, model), max_batch=args.max_batch,
+                         seed=args.seed, version=args.policy_version)
+    if args.logits_processor:
+        served.generator.logits_processor = _import(args.logits_processor)(tokenizer)
+    print(f"rlfactory serve: {args.model} on http://{args.host}:{args.port} (policy version {served.version}, "
+          f"max batch {args.max_batch})", file=sys.stderr, flush=True)
+    try:
+        uvicorn.run(build_app(served), host=args.host, port=args.port, log_level="warning", access_log=False)
+    finally:
+        served.close()
+    return 0
+
+
+def _import(spec: str):
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"--logits-processor must be MODULE:FACTORY, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,78 @@
+"""`open_ray_rollout(cfg)`: the rollout session of a `trainer.backend: ray` run.
+
+Joins or starts the Ray cluster (cluster.py), starts `ray.tool_pools` tool-pool actors and
+`ray.rollout_workers` rollout workers, and opens the driver's own session through the same
+`open_rollout` as in-process training: the learner's model and tokenizer, the env (data, reward)
+and a ToolRunner for rewards that call tools, its MCP servers reached through pool 0 (no server
+is started twice). The session's `engine` rolls out on the workers; its `weight_sync` sends the
+policy to them (through the object store), or, with `generator.backend: server`, to the
+generation servers that every worker's ServerGenerator sends its turns to. Everything started is stopped when the block exits (and Ray is shut down if
+this call started or joined it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from rlfactory.distributed.cluster import connect_cluster, require_ray
+from rlfactory.distributed.engine import RayRolloutEngine
+from rlfactory.distributed.tool_pool import close_pools, pool_connector, start_pools
+from rlfactory.distributed.weights import RayWeightSync
+from rlfactory.distributed.workers import WorkerSet
+
+
+@dataclass
+class RaySession:
+    """A RolloutSession whose engine runs on Ray workers (the fields the Trainer reads, plus Ray's)."""
+
+    engine: RayRolloutEngine
+    generator: Any
+    """The driver's own generator (LocalGenerator on the learner's model, or a ServerGenerator whose
+    server list the weight sync updates); rollouts run on the workers."""
+    model: Any
+    tokenizer: Any
+    tool_manager: Any
+    runner: Any
+    env: Any
+    weight_sync: Any
+    """RayWeightSync (embedded workers), or the generation servers' WeightSync (None: no sync)."""
+    workers: WorkerSet
+    pools: list[Any] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def open_ray_rollout(cfg: Any, *, logits_processor: str | None = None) -> AsyncIterator[RaySession]:
+    """A RaySession for `cfg` (a RunConfig; see the module doc). `logits_processor`: a
+    `module:factory` whose `factory(tokenizer)` every worker installs on its generator (a
+    ScriptedPolicy for tests and benchmarks)."""
+    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.weight_sync import make_weight_sync
+
+    require_ray()
+    on_servers = getattr(getattr(cfg, "generator", None), "backend", "local") == "server"
+    joined = connect_cluster(cfg.ray)
+    sys_path = list(sys.path)  # so workers import what the driver can (tools and envs next to the config)
+    pools: list[Any] = []
+    try:
+        pools = start_pools(cfg.ray.tool_pools, sys_path)
+        async with open_rollout(cfg, connect_server=pool_connector(pools[0])) as local:
+            workers = WorkerSet(cfg, pools, sys_path, logits_processor, load_policy=not on_servers)
+            try:
+                await workers.start()
+                engine = RayRolloutEngine(workers, cfg.rollout, cfg.sampling, local.env, cfg.ray.shard_retries)
+                # Embedded workers get the weights through the object store; generation servers
+                # get them from the driver, as in a run without Ray.
+                sync = make_weight_sync(cfg, local.generator) if on_servers else RayWeightSync(workers)
+                yield RaySession(engine, local.generator, local.model, local.tokenizer, local.tool_manager,
+                                 local.runner, local.env, sync, workers, pools)
+            finally:
+                await workers.close()
+    finally:
+        await close_pools(pools)
+        if joined:
+            import ray
+
+            ray.shutdown()

@@ -1,0 +1,129 @@
+"""ServedModel: a LocalGenerator with a policy version and weight updates that never split a turn.
+
+Versions. A weight update closes the gate (new turns wait), waits until every turn in flight has
+finished, copies the new weights, bumps the version, drops the kept KV caches (they were computed
+by the old weights) and reopens the gate. So all tokens of a turn come from one set of weights,
+and the version returned with a turn is the one that produced all of it. An update that does not
+fit the model (names, shapes) is refused before anything is copied.
+
+Sessions. A turn that names a session keeps that trajectory's KV cache for its next turn (see
+LocalGenerator); at most `max_sessions` are kept, the least recently used is dropped first, and a
+client releases one with `release`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+import torch
+
+from rlfactory.rollout.generator import GenRequest, GenResult
+from rlfactory.rollout.local import LocalGenerator
+from rlfactory.serve.weights import apply_weights, load_safetensors_folder
+
+
+def eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
+    """The model's end-of-sequence ids (tokenizer and generation config)."""
+    ids: list[int] = []
+    for value in (getattr(tokenizer, "eos_token_id", None),
+                  getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if v is not None and int(v) not in ids:
+                ids.append(int(v))
+    return tuple(ids)
+
+
+class ServedModel:
+    """`model` (a transformers causal LM in eval mode) served to many requests at once."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str, pad_id: int, max_batch: int = 256,
+                 seed: int | None = None, max_sessions: int | None = None, version: int = 0) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.eos_ids = eos_ids(model, tokenizer)
+        device = next(model.parameters()).device
+        self.generator = LocalGenerator(model, pad_id, self.eos_ids, tokenizer=tokenizer, device=device,
+                                        max_batch=max_batch, seed=seed)
+        self.max_batch = int(max_batch)
+        self.max_sessions = int(max_sessions or 4 * max_batch)
+        self.context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
+        self.version = int(version)
+        self.updates = 0
+        self.updates_waited = 0
+        """Updates that had to wait for turns in flight to finish."""
+        self.active = 0
+        self.turns = 0
+        self._sessions: OrderedDict[str, None] = OrderedDict()
+        self._open = asyncio.Event()
+        self._open.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._update_lock = asyncio.Lock()
+
+    async def generate(self, request: GenRequest) -> tuple[GenResult, int]:
+        """One turn; returns it with the policy version that produced all of its tokens."""
+        await self._open.wait()
+        self.active += 1
+        self._idle.clear()
+        version = self.version
+        try:
+            result = await self.generator.submit(request)
+        finally:
+            self.active -= 1
+            if self.active == 0:
+                self._idle.set()
+        self.turns += 1
+        if request.session is not None:
+            self._keep(request.session)
+        return result, version
+
+    def release(self, session: str) -> bool:
+        """Drop the KV cache kept for `session`; False when none was kept."""
+        known = session in self._sessions
+        self._sessions.pop(session, None)
+        self.generator.forget(session)
+        return known
+
+    async def update_from_tensors(self, tensors: dict[str, torch.Tensor], version: int | None) -> int:
+        """Load `tensors` (name -> tensor); returns the new policy version."""
+        return await self._update(lambda: apply_weights(self.model, tensors), version)
+
+    async def update_from_disk(self, folder: str, version: int | None) -> int:
+        """Load the safetensors weights of checkpoint folder `folder`; returns the new version."""
+        return await self._update(lambda: apply_weights(self.model, load_safetensors_folder(folder)), version)
+
+    async def _update(self, apply: Callable[[], int], version: int | None) -> int:
+        async with self._update_lock:
+            self._open.clear()
+            try:
+                if not self._idle.is_set():
+                    self.updates_waited += 1
+                await self._idle.wait()  # every turn in flight finishes on the old weights
+                await asyncio.to_thread(apply)
+                self.version = self.version + 1 if version is None else int(version)
+                self.updates += 1
+                self.generator.forget()  # kept caches were computed by the old weights
+                self._sessions.clear()
+            finally:
+                self._open.set()
+            return self.version
+
+    def _keep(self, session: str) -> None:
+        self._sessions[session] = None
+        self._sessions.move_to_end(session)
+        while len(self._sessions) > self.max_sessions:
+            old, _ = self._sessions.popitem(last=False)
+            self.generator.forget(old)
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "server": "rlfactory", "model": self.name, "policy_version": self.version,
+                "weight_version": str(self.version), "max_batch": self.max_batch, "active": self.active, "turns": self.turns,
+                "kept_sessions": self.generator.kept_sessions, "updates": self.updates,
+                "updates_waited": self.updates_waited, "time": time.time()}
+
+    def close(self) -> None:
+        self.generator.close()

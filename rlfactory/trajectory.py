@@ -1,0 +1,121 @@
+"""Trajectory: token in, token out (DESIGN.md "Trajectory").
+
+A trajectory is a list of segments (prompt, model, observation). `input_ids` is their
+concatenation and `loss_mask` is 1 exactly on model tokens. Sampled tokens are never decoded and
+re-encoded. Serializes to JSON lines losslessly.
+
+These types sit at the bottom of the package graph, beside `rlfactory.config`, and import nothing
+of rlfactory's: the rollout engine builds trajectories, rewards and envs read them, the trainer
+learns from them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Role = Literal["prompt", "model", "observation"]
+Status = Literal["ok", "truncated", "malformed", "infra_error"]
+"""How a trajectory ended (rlfactory/rollout/episode.py says when each one is given)."""
+STATUSES: tuple[Status, ...] = ("ok", "truncated", "malformed", "infra_error")
+
+
+@dataclass
+class Segment:
+    role: Role
+    token_ids: list[int]
+    text: str = ""
+    logprobs: list[float] | None = None  # model segments: the sampler's logprob of each token
+    policy_version: int | None = None  # model segments: the policy that sampled them
+    trainer_logprobs: list[float] | None = None  # model segments: the trainer's logprob of each token, before its update
+
+
+@dataclass
+class ToolCallRecord:
+    name: str
+    arguments: Any
+    status: str
+    latency_s: float
+    cached: bool = False
+    turn: int = 0
+    truncated: bool = False  # the result's text was cut to fit rollout.max_observation_tokens
+    error: str | None = None  # for a status other than ok: the start of what the model was shown
+
+
+@dataclass
+class Trajectory:
+    id: str
+    """Unique within one rollout call: `<group>-<k>` for the k-th sample of its group."""
+    group: str
+    """The group this trajectory belongs to: the n samples of one dataset row in one rollout call
+    share it, and no other trajectory of that call does (see RolloutEngine.run). The trainer's
+    baselines and the evaluation's per-question figures are taken over it."""
+    segments: list[Segment] = field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    turns: int = 0
+    status: Status = "ok"
+    reward: float | None = None
+    reward_terms: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # the dataset row's fields the env keeps
+    error: str | None = None  # what went wrong, for infra_error
+    metrics: dict[str, float] = field(default_factory=dict)  # timings and counts from the rollout engine
+    advantage: float | None = None  # set by the trainer (gae: the mean over the model tokens); None = not trained on
+
+    @property
+    def input_ids(self) -> list[int]:
+        return [t for s in self.segments for t in s.token_ids]
+
+    @property
+    def loss_mask(self) -> list[int]:
+        return [1 if s.role == "model" else 0 for s in self.segments for _ in s.token_ids]
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.segments[0].token_ids) if self.segments and self.segments[0].role == "prompt" else 0
+
+    @property
+    def sampler_logprobs(self) -> list[float]:
+        """Logprob per token of input_ids[prompt_len:] (0.0 on observation tokens)."""
+        out: list[float] = []
+        for s in self.segments:
+            if s.role == "prompt":
+                continue
+            out.extend(s.logprobs if s.role == "model" and s.logprobs is not None else [0.0] * len(s.token_ids))
+        return out
+
+    def model_text(self) -> str:
+        return "".join(s.text for s in self.segments if s.role == "model")
+
+    def completion_text(self) -> str:
+        """Everything after the prompt, as text (model and observation turns)."""
+        return "".join(s.text for s in self.segments if s.role != "prompt")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        d = dict(d)
+        d["segments"] = [Segment(**s) for s in d.get("segments", [])]
+        d["tool_calls"] = [ToolCallRecord(**c) for c in d.get("tool_calls", [])]
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str) -> "Trajectory":
+        return cls.from_dict(json.loads(line))
+
+
+def write_jsonl(path, trajectories: list[Trajectory], mode: str = "a") -> None:
+    """Append trajectories as JSON lines; each line is written whole and flushed."""
+    with open(path, mode, encoding="utf-8") as f:
+        f.write("".join(t.to_json() + "\n" for t in trajectories))
+        f.flush()
+
+
+def read_jsonl(path) -> list[Trajectory]:
+    with open(path, encoding="utf-8") as f:
+        return [Trajectory.from_json(line) for line in f if line.strip()]

@@ -1,0 +1,45 @@
+"""benchmarks/gpu_train.py (rlfactory vs TRL GRPO on a GPU) runs its whole code path on the CPU
+with --smoke: both frameworks, every figure and ratio printed, the JSON written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_cuda_benchmark_script_smoke_runs_on_cpu(tmp_path):
+    out = tmp_path / "figures.json"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_train.py"), "--smoke", "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rollout tokens/s" in proc.stdout and "GRPO step:" in proc.stdout and "MFU n/a" in proc.stdout
+    figures = json.loads(out.read_text())
+    assert set(figures["figures"]) == {"rlfactory", "trl"}
+    for side in figures["figures"].values():
+        assert side["gen_tok_s"] > 0 and side["train_tok_s"] > 0 and side["step_s"] > 0
+    assert figures["ratios"]["step"] > 0 and figures["rlfactory_train_tflops"] > 0
+
+
+def test_training_flops_count_each_prompt_once_and_the_head_at_sampled_tokens():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from types import SimpleNamespace
+
+    from gpu_train import PEAKS_TFLOPS, train_flops
+
+    cfg = SimpleNamespace(hidden_size=4, num_hidden_layers=1, num_attention_heads=1, head_dim=4, num_key_value_heads=1,
+                          intermediate_size=8, vocab_size=10)
+    body = 4 * 4 * 2 + 4 * 4 * 2 + 3 * 4 * 8  # q,o + k,v + mlp = 160 weights
+    # one prompt of 2 tokens, 1 sample of 1 token: 3 tokens through the body, 1 through the head,
+    # contexts 1 + 2 (prompt) + 3 (the sampled token)
+    want = 3 * (2 * body * 3 + 2 * 10 * 4 * 1 + 4 * 1 * 4 * (1 + 2 + 3))
+    assert train_flops(cfg, [2], 1, 1) == want
+    assert dict(PEAKS_TFLOPS)["H100"] == 989.0 and dict(PEAKS_TFLOPS)["H200"] == 989.0
