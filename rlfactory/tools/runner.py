@@ -44,7 +44,15 @@ from rlfactory.tools.base import (
 from rlfactory.tools.cache import ResultCache, canonical_arguments
 from rlfactory.tools.config import ToolOptions, ToolsConfig
 from rlfactory.tools.function import function_tool, result_from_value
-from rlfactory.tools.mcp_client import CallTrace, MCPTool, ServerConnection, ServerPool, SupervisionPolicy, tools_of
+from rlfactory.tools.mcp_client import (
+    CallTrace,
+    MCPTool,
+    ServerConnection,
+    ServerPool,
+    SupervisionPolicy,
+    connect,
+    tools_of,
+)
 from rlfactory.tools.mcp_config import merge_mcp_configs
 from rlfactory.tools.metrics import MetricsRecorder, ToolMetrics
 from rlfactory.tools.startup import ServerStarts
