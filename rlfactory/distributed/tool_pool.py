@@ -129,7 +129,10 @@ class PoolConnection:
             raise TransportError(f"the tool pool running MCP server {self.name!r} is unreachable: {e}") from e
         return self.tools
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], trace: Any = None) -> ToolResult:
+        """Call `tool` on the pool's server. `trace` (the runner's CallTrace) is left without a
+        connection: the pool's own connection watches the server, so a call that outlives its
+        timeout here is an ordinary `timeout`, not `unresponsive`."""
         out = await self._call(tool, arguments)
         if isinstance(out, PoolFailure) and out.unknown_server:
             await self.start()  # a pool that Ray restarted has lost its servers: start this one there again

@@ -37,6 +37,7 @@ _BASE = [
     "OK",
     "TIMEOUT",
     "UNKNOWN_TOOL",
+    "UNRESPONSIVE",
     "Tool",
     "ToolCall",
     "ToolResult",

@@ -13,7 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 # Status of one call, as recorded on results and trajectories.
 OK = "ok"
 ERROR = "error"  # the tool ran and reported an error of its own
-TIMEOUT = "timeout"
+TIMEOUT = "timeout"  # the call ran out of its timeout; its server (if any) was still talking
+UNRESPONSIVE = "unresponsive"  # the call ran out of its timeout and its MCP server sent nothing at all meanwhile
 INVALID_ARGUMENTS = "invalid_arguments"
 UNKNOWN_TOOL = "unknown_tool"
 CRASHED = "crashed"  # transport failure / server died and could not be recovered

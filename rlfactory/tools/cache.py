@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections import OrderedDict
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Callable
 
 from rlfactory.tools.base import ToolResult
 
@@ -26,8 +26,11 @@ def canonical_arguments(arguments: Any) -> str:
 class ResultCache:
     """LRU of `(tool id, canonical arguments) -> ToolResult`, optionally backed by sqlite at `path`."""
 
-    def __init__(self, max_entries: int = 4096, path: str | None = None, ttl_s: float | None = None) -> None:
+    def __init__(self, max_entries: int = 4096, path: str | None = None, ttl_s: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        """`clock` gives the wall-clock time in seconds that expiry is measured by (time.time)."""
         self.max_entries = max_entries
+        self.clock = clock
         self.ttl_s = ttl_s
         self.path = path
         self._mem: OrderedDict[tuple[str, str], tuple[ToolResult, float]] = OrderedDict()
@@ -47,7 +50,7 @@ class ResultCache:
         key = (tool, args)
         entry = self._mem.get(key)
         if entry is not None:
-            if entry[1] >= time.time():
+            if entry[1] >= self.clock():
                 self._mem.move_to_end(key)
                 return entry[0]
             del self._mem[key]
@@ -56,7 +59,7 @@ class ResultCache:
         row = self._db.execute("SELECT result, expires FROM results WHERE tool=? AND args=?", key).fetchone()
         if row is None:
             return None
-        if row[1] < time.time():
+        if row[1] < self.clock():
             self._db.execute("DELETE FROM results WHERE tool=? AND args=?", key)
             return None
         result = ToolResult(**json.loads(row[0]))
@@ -64,7 +67,7 @@ class ResultCache:
         return result
 
     def put(self, tool: str, args: str, result: ToolResult) -> None:
-        expires = time.time() + self.ttl_s if self.ttl_s is not None else float("inf")
+        expires = self.clock() + self.ttl_s if self.ttl_s is not None else float("inf")
         key = (tool, args)
         self._remember(key, result, expires)
         if self._db is not None:

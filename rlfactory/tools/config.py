@@ -31,7 +31,9 @@ class ToolsConfig(Section):
     python: list[str] = []
     """Python-function tools as `module:function` (sync or async, typed)."""
     timeout_s: float = Field(30.0, gt=0)
-    """Default per-call timeout in seconds (retries included)."""
+    """Default per-call timeout in seconds (retries included). A call to an MCP server that runs
+    out of it is `unresponsive` when the server sent no message at all since the call started (not
+    even an answer to the ping sent halfway), otherwise `timeout`."""
     max_concurrency: int = Field(512, ge=1)
     """Calls running at once over all tools and trajectories."""
     retries: int = Field(2, ge=0)
@@ -40,6 +42,15 @@ class ToolsConfig(Section):
     """First retry delay; doubles on each retry."""
     max_output_chars: int = Field(8000, ge=1)
     """Longer tool outputs are cut to this many characters, with a visible marker."""
+    max_result_bytes: int = Field(4 << 20, ge=1)
+    """The longest answer (one JSON-RPC message, in bytes) taken from a stdio MCP server; a longer
+    one is read and dropped as it arrives, and its call gets an error result marked `truncated`
+    (per server: `max_result_bytes` in the MCP config). Parsing an answer holds the event loop
+    about 4 ms per MB, so this also bounds how long one answer can hold it."""
+    isolate_server_pids: bool = True
+    """Run each stdio MCP server in a PID namespace of its own (`unshare`, where the kernel lets
+    this user), so that stopping it kills every process it started, setsid() daemons too; where
+    that is refused, or when false, its process group, descendants and pipe holders are killed."""
     cache: bool = False
     """Cache results of deterministic tools (per tool/server `cache:` overrides this)."""
     cache_size: int = Field(4096, ge=1)
@@ -56,7 +67,8 @@ class ToolsConfig(Section):
     """Crashes of a server within `crash_window_s` that open its circuit."""
     crash_window_s: float = Field(60.0, gt=0)
     circuit_cooldown_s: float = Field(30.0, ge=0)
-    """While a circuit is open, calls to that server fail fast."""
+    """While a circuit is open, calls to that server fail fast; a server that failed to start is
+    not tried again before this has passed (the other servers serve as usual meanwhile)."""
     per_tool: dict[str, ToolOptions] = {}
     """Overrides by tool name, e.g. `{search: {timeout_s: 60, cache: false}}`."""
 

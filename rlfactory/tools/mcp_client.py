@@ -8,6 +8,11 @@ retried once; repeated crashes open a circuit for a cool-down, during which call
 clear message. `ServerPool` runs `processes: N` copies of a stdio server, each supervised on its
 own, and sends each call to the copy with the fewest calls in flight. `MCPTool` is one tool of a
 server.
+
+A call can carry a `CallTrace`: the connection it went to notes itself there, and halfway through
+the call's timeout, if the server has sent nothing since the call started, it is sent a `ping`.
+When the call times out, `CallTrace.server_silent()` says whether the server sent anything at all
+meanwhile (the runner's `unresponsive` versus `timeout`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,15 @@ import mcp_types
 
 from rlfactory.tools.base import CIRCUIT_OPEN, CRASHED, ERROR, ToolResult, TransportError
 from rlfactory.tools.mcp_config import ServerConfig
-from rlfactory.tools.mcp_session import ConnectionLost, InvalidResult, ServerError, Session, StdioSession
+from rlfactory.tools.mcp_session import (
+    DEFAULT_MAX_RESULT_BYTES,
+    ConnectionLost,
+    InvalidResult,
+    ResultTooLarge,
+    ServerError,
+    Session,
+    StdioSession,
+)
 from rlfactory.tools.stdio import StdioProcess
 
 log = logging.getLogger("rlfactory.tools.mcp")
@@ -39,6 +52,22 @@ class SupervisionPolicy:
     crash_window_s: float = 60.0
     cooldown_s: float = 30.0
     stop_grace_s: float = 2.0
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    isolate_pids: bool = True
+
+
+@dataclass
+class CallTrace:
+    """One call's dealings with its server: when it started (`time.monotonic()`), its timeout,
+    and the connection that took it (None until one did, and for tools that are not MCP)."""
+
+    started: float
+    timeout_s: float
+    connection: "ServerConnection | None" = None
+
+    def server_silent(self) -> bool:
+        """True when the call reached a server that has sent no message at all since it started."""
+        return self.connection is not None and self.connection.last_heard < self.started
 
 
 class ServerConnection:
@@ -59,6 +88,7 @@ class ServerConnection:
         self._crashes: collections.deque[float] = collections.deque()
         self._open_until = 0.0
         self._closed = False
+        self._heard = 0.0  # last message of the sessions before the current one
         self.limiter = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -68,6 +98,18 @@ class ServerConnection:
 
     def pids(self) -> dict[str, int]:
         return {self.name: self.pid} if self.pid is not None else {}
+
+    @property
+    def last_heard(self) -> float:
+        """`time.monotonic()` when the server last sent any message, over all its restarts (0.0: never)."""
+        session = self._open
+        return max(self._heard, session.last_heard) if session is not None else self._heard
+
+    def probe(self, since: float) -> None:
+        """Ping the server if it has sent nothing since `since` (its answer sets `last_heard`)."""
+        session = self._session
+        if session is not None and self.last_heard < since:
+            session.ping()
 
     @property
     def available(self) -> bool:
@@ -166,12 +208,13 @@ class ServerConnection:
 
     async def _connect(self) -> None:
         timeout = self.cfg.startup_timeout_s or self.policy.startup_timeout_s
-        cfg = self.cfg
+        cfg, policy = self.cfg, self.policy
         try:
             async with asyncio.timeout(timeout):
                 if cfg.transport == "stdio":
-                    self.process = await StdioProcess.spawn(self.name, cfg.executable(), cfg.args, cfg.env, cfg.cwd)
-                    session: Session = StdioSession(self.name, self.process)
+                    isolate = policy.isolate_pids if cfg.isolate_pids is None else cfg.isolate_pids
+                    self.process = await StdioProcess.spawn(self.name, cfg.executable(), cfg.args, cfg.env, cfg.cwd, isolate)
+                    session: Session = StdioSession(self.name, self.process, cfg.max_result_bytes or policy.max_result_bytes)
                 else:
                     from rlfactory.tools.mcp_remote import RemoteSession  # the SDK and httpx: only when used
 
@@ -188,6 +231,7 @@ class ServerConnection:
         self._session = self._open = None
         if session is None:
             return
+        self._heard = max(self._heard, session.last_heard)
         try:
             await session.aclose()
             if process is not None and process.alive:
@@ -197,23 +241,35 @@ class ServerConnection:
                 process.kill_now()  # no-op when it already exited; a must when the stop was cut short
 
     # ---- calls -----------------------------------------------------------------------------
-    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], trace: CallTrace | None = None) -> ToolResult:
         """Call `tool`; a connection that breaks is re-established and the call retried once."""
-        for attempt in (0, 1):
-            session, generation = await self._ensure()
-            try:
-                result = await session.call_tool(tool, arguments)
-            except ServerError as e:
-                return ToolResult.error(f"{self.name}.{tool}: {e.message}", ERROR)
-            except (ConnectionLost, OSError) as e:
-                self._mark_dead(generation)
-                if attempt == 0:
-                    continue
-                raise await self._crashed(tool) from e
-            except InvalidResult as e:
-                return ToolResult.error(f"{self.name}.{tool} returned an invalid result: {e}", ERROR)
-            return convert_result(result)
-        raise AssertionError("unreachable")
+        probe = None
+        if trace is not None:
+            trace.connection = self
+            probe = asyncio.get_running_loop().call_later(trace.timeout_s / 2, self.probe, trace.started)
+        try:
+            for attempt in (0, 1):
+                session, generation = await self._ensure()
+                try:
+                    result = await session.call_tool(tool, arguments)
+                except ServerError as e:
+                    return ToolResult.error(f"{self.name}.{tool}: {e.message}", ERROR)
+                except (ConnectionLost, OSError) as e:
+                    self._mark_dead(generation)
+                    if attempt == 0:
+                        continue
+                    raise await self._crashed(tool) from e
+                except InvalidResult as e:
+                    return ToolResult.error(f"{self.name}.{tool} returned an invalid result: {e}", ERROR)
+                except ResultTooLarge as e:
+                    res = ToolResult.error(f"{self.name}.{tool}: {e} (raise `max_result_bytes` for server {self.name!r} to receive it)", ERROR)
+                    res.truncated = True
+                    return res
+                return convert_result(result)
+            raise AssertionError("unreachable")
+        finally:
+            if probe is not None:
+                probe.cancel()
 
     async def _crashed(self, tool: str) -> TransportError:
         if self.process is not None:
@@ -267,12 +323,12 @@ class ServerPool:
                 raise outcome
         return self.tools
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], trace: CallTrace | None = None) -> ToolResult:
         load = self._in_flight
         i = min(range(len(load)), key=lambda k: (not self.members[k].available, load[k]))
         load[i] += 1
         try:
-            return await self.members[i].call(tool, arguments)
+            return await self.members[i].call(tool, arguments, trace)
         finally:
             load[i] -= 1
 
@@ -337,8 +393,8 @@ class MCPTool:
         """Shared by all tools of the server (the server's `max_concurrency`)."""
         return self.connection.limiter
 
-    async def call(self, arguments: dict[str, Any]) -> ToolResult:
-        return await self.connection.call(self.remote_name, arguments)
+    async def call(self, arguments: dict[str, Any], trace: CallTrace | None = None) -> ToolResult:
+        return await self.connection.call(self.remote_name, arguments, trace)
 
 
 def tools_of(conn: ServerConnection | ServerPool) -> list[MCPTool]:

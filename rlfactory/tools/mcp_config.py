@@ -3,7 +3,8 @@
 A server is either a subprocess (`command`, `args`, `env`, `cwd`; stdio transport) or a URL
 (`url`, `transport`: `streamable-http` (default) or `sse`). Per-server options of rlfactory:
 `include` / `exclude` (tool names to select / hide), `timeout_s`, `max_concurrency`, `cache`,
-`startup_timeout_s`, `processes`. Every error names the file and the key.
+`startup_timeout_s`, `processes`, `max_result_bytes`, `isolate_pids`. Every error names the file
+and the key.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class ServerConfig(BaseModel):
     cache: bool | None = None
     """Cache this server's results (default: `tools.cache`); false for non-deterministic tools."""
     startup_timeout_s: float | None = None
+    max_result_bytes: int | None = Field(None, ge=1)
+    """Stdio: the longest answer taken from this server, in bytes (default: `tools.max_result_bytes`)."""
+    isolate_pids: bool | None = None
+    """Stdio: run this server in its own PID namespace (default: `tools.isolate_server_pids`)."""
     processes: int = Field(1, ge=1)
     """Stdio: run this many copies of the server, each call going to the least busy one. For
     CPU-bound, stateless tools; every copy is supervised (restarted, circuit) on its own."""

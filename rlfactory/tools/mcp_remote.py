@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import anyio
@@ -48,6 +49,8 @@ class RemoteSession:
         self._session: ClientSession | None = None
         self._owner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self.last_heard = 0.0
+        self._ping: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # After a start-up timeout nobody awaits `ready` any more: mark its outcome as seen.
         self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -61,7 +64,19 @@ class RemoteSession:
         self._owner = asyncio.create_task(self._own(), name=f"mcp-server-{self.name}")
         session, tools = await asyncio.shield(self._ready)
         self._session = session
+        self.last_heard = time.monotonic()
         return tools
+
+    def ping(self) -> None:
+        """Send a `ping` unless one is on its way already; an answer sets `last_heard`."""
+        if self._session is None or self.closed or (self._ping is not None and not self._ping.done()):
+            return
+        self._ping = asyncio.create_task(self._send_ping(self._session))
+
+    async def _send_ping(self, session: ClientSession) -> None:
+        with contextlib.suppress(Exception):
+            await session.send_ping()
+            self.last_heard = time.monotonic()
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
         session = self._session
@@ -72,11 +87,13 @@ class RemoteSession:
         except MCPError as e:
             if e.code == mcp_types.CONNECTION_CLOSED:
                 raise ConnectionLost(e.message) from e
+            self.last_heard = time.monotonic()
             raise ServerError(e.code, e.message, e.data) from e
         except _CHANNEL_ERRORS as e:
             raise ConnectionLost(f"{type(e).__name__}: {e}") from e
         except RuntimeError as e:  # e.g. structured content that violates the tool's output schema
             raise InvalidResult(str(e)) from e
+        self.last_heard = time.monotonic()
         if not isinstance(result, mcp_types.CallToolResult):
             raise InvalidResult(f"unexpected result type {type(result).__name__}")
         return result
@@ -125,6 +142,8 @@ class RemoteSession:
     async def aclose(self) -> None:
         owner = self._owner
         self._session = None
+        if self._ping is not None:
+            self._ping.cancel()
         if owner is None:
             return
         self._stop.set()

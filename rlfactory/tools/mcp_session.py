@@ -6,10 +6,18 @@ is what the burst waits on. `StdioSession` does only what a tool-calling client 
 `initialize` handshake, `tools/list` (all pages), `tools/call`, answering the server's `ping`.
 
 A request is a future keyed by its id, resolved by one reader task. When the server's output ends
-(the process died) every pending call fails at once with `ConnectionLost`, so the supervisor can
+or its process exits, every pending call fails at once with `ConnectionLost`, so the supervisor can
 restart the server. A cancelled call (timeout, Ctrl-C) stops waiting at once, and the server is
 told with `notifications/cancelled`. Remote servers (streamable HTTP, SSE) keep the SDK's session
 (`mcp_remote.py`); both raise the errors defined here.
+
+The reader reads the pipe in chunks and holds at most `max_result_bytes` of one message: the rest
+of a longer line is read and dropped as it arrives, and the call it answers (its id is found at
+either end of the line) fails with `ResultTooLarge`, so a flood never fills memory, never delays
+the other calls' answers by more than reading it, and never holds the event loop to parse it. A
+result whose content blocks include a kind this client does not know keeps the blocks it does
+know, with a marker in place of each other one. Every message from the server sets `last_heard`;
+`ping()` asks a silent server for a sign of life.
 """
 
 from __future__ import annotations
@@ -19,9 +27,12 @@ import contextlib
 import itertools
 import json
 import logging
+import re
+import time
 from typing import Any, Protocol
 
 import mcp_types
+import pydantic
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
 from rlfactory import __version__
@@ -50,11 +61,57 @@ class InvalidResult(RuntimeError):
     """A tool result that breaks the protocol or the tool's declared output schema."""
 
 
+class ResultTooLarge(RuntimeError):
+    """The server's answer to a call was longer than `max_result_bytes`; it was read and dropped."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the result ({size:,} bytes) is over the limit of max_result_bytes={limit:,} and was dropped")
+        self.size, self.limit = size, limit
+
+
+DEFAULT_MAX_RESULT_BYTES = 4 << 20
+_CHUNK = 1 << 18
+_ENDS = 4096  # bytes kept of each end of an oversized line, to find its id
+_ID = r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'
+_ID_AT_START = re.compile(rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?' + _ID.encode())
+_ID_AT_END = re.compile(_ID.encode() + rb'\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z')
+_BLOCK: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(mcp_types.ContentBlock)
+
+
+class _Oversized:
+    """An over-long line being read: its length, and the two ends where its id can be."""
+
+    def __init__(self, head: bytes) -> None:
+        self.head, self.tail, self.size = head[:_ENDS], head[-_ENDS:], len(head)
+
+    def add(self, piece: bytes) -> None:
+        self.size += len(piece)
+        self.tail = (self.tail + piece[-_ENDS:])[-_ENDS:]
+
+    def request_id(self) -> Any:
+        m = _ID_AT_START.match(self.head) or _ID_AT_END.search(self.tail)
+        if m is None:
+            return None
+        try:
+            return json.loads(m.group(1))
+        except ValueError:
+            return None
+
+
 class Session(Protocol):
     """An MCP session, as `ServerConnection` uses it: `start()` once, then calls until closed."""
 
     @property
     def closed(self) -> bool: ...
+
+    @property
+    def last_heard(self) -> float:
+        """`time.monotonic()` when the server last sent a message (0.0: never)."""
+        ...
+
+    def ping(self) -> None:
+        """Ask the server for a sign of life, without waiting; an answer updates `last_heard`."""
+        ...
 
     async def start(self) -> list[mcp_types.Tool]: ...
 
@@ -66,13 +123,16 @@ class Session(Protocol):
 class StdioSession:
     """The client side of MCP over a `StdioProcess`'s stdin/stdout."""
 
-    def __init__(self, name: str, process: StdioProcess) -> None:
+    def __init__(self, name: str, process: StdioProcess, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> None:
         self.name = name
         self.process = process
+        self.max_result_bytes = max_result_bytes
         self.protocol_version: str | None = None
         self.server_info: dict[str, Any] = {}
+        self.last_heard = 0.0
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._ping_id: int | None = None  # our unanswered ping, if any
         self._lost: str | None = None  # why the session is unusable, once it is
         self._output_checks: dict[str, ArgumentValidator | None] = {}
         self._reader = asyncio.create_task(self._read_loop(), name=f"mcp-read-{name}")
@@ -80,6 +140,11 @@ class StdioSession:
     @property
     def closed(self) -> bool:
         return self._lost is not None
+
+    @property
+    def pending(self) -> int:
+        """Requests sent and not answered yet."""
+        return len(self._pending)
 
     # ---- protocol ----------------------------------------------------------------------------
     async def start(self) -> list[mcp_types.Tool]:
@@ -110,8 +175,8 @@ class StdioSession:
         raw = await self.request("tools/call", {"name": name, "arguments": arguments})
         try:
             result = mcp_types.CallToolResult.model_validate(raw, by_name=False)
-        except ValueError as e:
-            raise InvalidResult(f"not a tool result: {e}") from None
+        except pydantic.ValidationError:
+            result = _known_blocks_only(raw)
         check = self._output_checks.get(name)
         if check is not None and not result.is_error:
             # As the SDK's client does: structured content must match the declared output schema.
@@ -144,6 +209,16 @@ class StdioSession:
             raise
         finally:
             self._pending.pop(rid, None)
+
+    def ping(self) -> None:
+        """Send a `ping` unless one is unanswered already; its answer, like any message, sets `last_heard`."""
+        if self._lost is not None or self._ping_id is not None:
+            return
+        self._ping_id = next(self._ids)
+        try:
+            self._write({"jsonrpc": "2.0", "id": self._ping_id, "method": "ping"})
+        except ConnectionLost:
+            self._ping_id = None
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -179,26 +254,40 @@ class StdioSession:
         stdout = self.process.process.stdout
         assert stdout is not None
         why = f"MCP server {self.name!r} closed its output"
+        limit = self.max_result_bytes
+        buf = bytearray()  # the start of a line not complete yet
+        over: _Oversized | None = None  # the line being dropped, when it is too long
         try:
-            while True:
-                try:
-                    line = await stdout.readuntil(b"\n")
-                except asyncio.IncompleteReadError as e:
-                    if e.partial.strip():
-                        self.process.garbage_lines += 1
-                    break
-                except asyncio.LimitOverrunError:
-                    why = f"MCP server {self.name!r} sent a message over the size limit"
-                    break
-                try:
-                    msg = json.loads(line)
-                except ValueError:  # also not UTF-8
-                    msg = None
-                if isinstance(msg, list):  # a JSON-RPC batch (protocol 2025-03-26)
-                    for m in msg:
-                        self._dispatch(m, line)
-                elif line.strip():
-                    self._dispatch(msg, line)
+            while chunk := await stdout.read(_CHUNK):
+                start = 0
+                while (end := chunk.find(b"\n", start)) >= 0:
+                    piece, start = chunk[start:end], end + 1
+                    if over is not None:
+                        over.add(piece)
+                        self._drop(over)
+                        over = None
+                        continue
+                    if buf:
+                        buf += piece
+                        piece = bytes(buf)
+                        buf.clear()
+                    if len(piece) > limit:
+                        self._drop(_Oversized(piece))
+                    else:
+                        self._receive(piece)
+                rest = chunk[start:]
+                if over is not None:
+                    over.add(rest)
+                    self.last_heard = time.monotonic()  # a long answer on its way is a sign of life
+                elif rest:
+                    buf += rest
+                    if len(buf) > limit:
+                        over = _Oversized(bytes(buf))
+                        buf.clear()
+            if buf.strip() or over is not None:
+                self.process.garbage_lines += 1
+            if self.process.exit_noticed:
+                why = f"MCP server {self.name!r} exited"
         except (ConnectionError, OSError) as e:
             why = f"reading from MCP server {self.name!r} failed: {e}"
         except asyncio.CancelledError:
@@ -207,14 +296,40 @@ class StdioSession:
         finally:
             self._fail_all(why)
 
+    def _receive(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except ValueError:  # also not UTF-8
+            msg = None
+        if isinstance(msg, list):  # a JSON-RPC batch (protocol 2025-03-26)
+            for m in msg:
+                self._dispatch(m, line)
+        elif line.strip():
+            self._dispatch(msg, line)
+
+    def _drop(self, over: _Oversized) -> None:
+        """An answer too long to take: fail the call it answers (when its id can be found)."""
+        self.last_heard = time.monotonic()
+        rid = over.request_id()
+        fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
+        if fut is None:
+            self.process.garbage_lines += 1
+            log.warning("MCP server %s sent a %d-byte message over max_result_bytes=%d; dropped", self.name, over.size, self.max_result_bytes)
+        elif not fut.done():
+            fut.set_exception(ResultTooLarge(over.size, self.max_result_bytes))
+
     def _dispatch(self, msg: Any, line: bytes) -> None:
         if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
             self.process.garbage_lines += 1
             log.debug("MCP server %s wrote a non-JSON-RPC line: %.200r", self.name, line)
             return
+        self.last_heard = time.monotonic()
         method = msg.get("method")
         if method is None:  # a response
             rid = msg.get("id")
+            if rid is not None and rid == self._ping_id:
+                self._ping_id = None
+                return
             fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
             if fut is None or fut.done():
                 return  # a call that was cancelled or timed out meanwhile
@@ -253,3 +368,32 @@ class StdioSession:
         self._fail_all(f"the session with MCP server {self.name!r} was closed")
         self._reader.cancel()
         await asyncio.wait([self._reader])  # raises only when the caller itself is cancelled
+
+
+def _known_blocks_only(raw: Any) -> mcp_types.CallToolResult:
+    """A result that failed validation: keep the content blocks this client knows, put a marker in
+    place of each other one, and validate the rest. Raises `InvalidResult` with a short reason."""
+    if isinstance(raw, dict) and isinstance(raw.get("content"), list):
+        blocks: list[Any] = []
+        for block in raw["content"]:
+            try:
+                blocks.append(_BLOCK.validate_python(block, by_name=False))
+            except pydantic.ValidationError:
+                kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+                blocks.append(mcp_types.TextContent(type="text", text=f"[content block of unsupported type {kind!r} left out]"))
+        raw = {**raw, "content": []}
+    else:
+        blocks = []
+    try:
+        result = mcp_types.CallToolResult.model_validate(raw, by_name=False)
+    except pydantic.ValidationError as e:
+        raise InvalidResult(f"not a tool result: {_brief(e)}") from None
+    result.content = blocks
+    return result
+
+
+def _brief(e: pydantic.ValidationError) -> str:
+    """The first few problems of a validation error, one line each, not pydantic's full dump."""
+    problems = [f"{'.'.join(str(p) for p in err['loc']) or 'result'}: {err['msg']}" for err in e.errors()[:3]]
+    more = e.error_count() - len(problems)
+    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")

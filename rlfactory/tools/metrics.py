@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
-from rlfactory.tools.base import TIMEOUT, ToolResult
+from rlfactory.tools.base import TIMEOUT, UNRESPONSIVE, ToolResult
 
 _WINDOW = 10_000  # latencies kept per tool for the percentiles
 
@@ -17,6 +17,7 @@ class ToolMetrics:
     calls: int = 0
     errors: int = 0
     timeouts: int = 0
+    """Calls that ran out of their timeout (`timeout` and `unresponsive`)."""
     cache_hits: int = 0
     p50_s: float = 0.0
     p95_s: float = 0.0
@@ -40,7 +41,7 @@ class MetricsRecorder:
             self.cache_hits += 1
         if result.is_error:
             self.errors += 1
-            if result.status == TIMEOUT:
+            if result.status in (TIMEOUT, UNRESPONSIVE):
                 self.timeouts += 1
         self.latencies.append(result.latency_s)
 

@@ -5,6 +5,17 @@ wait for a slot (global limit, per-tool limit, per-server limit) -> run under th
 timeout, retrying transport failures with backoff -> cut long output -> cache -> metrics.
 Whatever goes wrong becomes a `ToolResult` with `is_error=True` and a message the model can read;
 only the caller's own cancellation propagates.
+
+MCP servers start each on its own (`startup.py`): `start()` waits for all of them and names those
+that failed; a runner used without `start()` starts them on the first call, and a call waits only
+until the server of its tool is up, within its own timeout. A server that failed to start costs
+only the calls that might be its own (unknown names), and is tried again after the cool-down.
+
+A timed-out call to an MCP server is `unresponsive` when the server sent no message at all from
+the start of the call to its timeout (no answer to any request, no notification, no answer to the
+ping sent to a silent server halfway through the timeout, or no end of its start-up handshake);
+it is `timeout` when the server did answer something meanwhile: alive, but this call was slow.
+Other tools that time out are `timeout`.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from rlfactory.tools.base import (
     INVALID_ARGUMENTS,
     TIMEOUT,
     UNKNOWN_TOOL,
+    UNRESPONSIVE,
     Tool,
     ToolCall,
     ToolResult,
@@ -32,9 +44,18 @@ from rlfactory.tools.base import (
 from rlfactory.tools.cache import ResultCache, canonical_arguments
 from rlfactory.tools.config import ToolOptions, ToolsConfig
 from rlfactory.tools.function import function_tool, result_from_value
-from rlfactory.tools.mcp_client import MCPTool, ServerConnection, ServerPool, SupervisionPolicy, connect, tools_of
-from rlfactory.tools.mcp_config import ServerConfig, merge_mcp_configs
+from rlfactory.tools.mcp_client import (
+    CallTrace,
+    MCPTool,
+    ServerConnection,
+    ServerPool,
+    SupervisionPolicy,
+    connect,
+    tools_of,
+)
+from rlfactory.tools.mcp_config import merge_mcp_configs
 from rlfactory.tools.metrics import MetricsRecorder, ToolMetrics
+from rlfactory.tools.startup import ServerStarts
 from rlfactory.tools.validation import ArgumentValidator
 
 log = logging.getLogger("rlfactory.tools")
@@ -93,34 +114,32 @@ class ToolRunner:
     def __init__(self, tools: Sequence[Any] = (), config: ToolsConfig | None = None, mcp: Any = None,
                  connect_server: Callable[[str, ServerConfig, SupervisionPolicy], Any] | None = None) -> None:
         self.config = config if config is not None else ToolsConfig()
-        self._connect_server = connect_server or connect
         self._local = [_as_tool(t) for t in tools]
         names = [t.name for t in self._local]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"two tools share the name(s) {dupes}")
-        self._server_cfgs: dict[str, ServerConfig] = merge_mcp_configs(self.config.mcp, mcp)
         c = self.config
-        self._policy = SupervisionPolicy(c.startup_timeout_s, c.crash_limit, c.crash_window_s, c.circuit_cooldown_s)
-        self.connections: dict[str, ServerConnection | ServerPool] = {}
+        policy = SupervisionPolicy(
+            c.startup_timeout_s, c.crash_limit, c.crash_window_s, c.circuit_cooldown_s,
+            max_result_bytes=c.max_result_bytes, isolate_pids=c.isolate_server_pids,
+        )
+        self._servers = ServerStarts(merge_mcp_configs(c.mcp, mcp), policy, c.circuit_cooldown_s, self._reindex,
+                                     connect_server or connect)
+        self.connections: dict[str, ServerConnection | ServerPool] = self._servers.connections
         self._entries: dict[str, _Entry] = {}  # exposed names and `server.tool` aliases
         self._visible: list[_Entry] = []
+        self._made: dict[tuple[str, str | None, str], _Entry] = {}  # entries by (name, server, remote name)
         self._metrics: dict[str, MetricsRecorder] = {}
         self._cache = ResultCache(c.cache_size, c.cache_path, c.cache_ttl_s)
         self._global = asyncio.Semaphore(c.max_concurrency)
-        self._started = not self._server_cfgs
-        self._start_lock = asyncio.Lock()
-        self._start_error: str | None = None
-        self._start_failed_at = -float("inf")
         self._unknown_calls = 0
         self._closed = False
         for t in self._local:
             bind = getattr(t, "bind_runner", None)
             if callable(bind):
                 bind(self)
-        self._index([(t, None) for t in self._local])
-        if self._started:
-            self._warn_unknown_options()
+        self._reindex()
 
     @classmethod
     def from_config(cls, cfg: ToolsConfig, python_tools: Iterable[Any] = (), mcp: Any = None,
@@ -132,44 +151,42 @@ class ToolRunner:
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> "ToolRunner":
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await asyncio.shield(self.aclose())  # `async with` will not call __aexit__
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def start(self) -> None:
-        """Start (or connect to) every MCP server and list its tools. Raises `ToolStartError`."""
-        async with self._start_lock:
-            if self._started:
-                return
-            if self._closed:
-                raise ToolStartError("the runner is closed")
-            conns = {n: self._connect_server(n, cfg, self._policy) for n, cfg in self._server_cfgs.items()}
-            self.connections = conns
-            try:
-                outcomes = await asyncio.gather(*(c.start() for c in conns.values()), return_exceptions=True)
-            except BaseException:  # cancelled (Ctrl-C) mid-start: `async with` will not call aclose
-                await asyncio.shield(self._close_connections())
-                raise
-            failed = [(n, o) for n, o in zip(conns, outcomes) if isinstance(o, BaseException)]
-            if failed:
-                await self._close_connections()
-                self._start_error = "; ".join(f"{n}: {o}" for n, o in failed)
-                self._start_failed_at = time.monotonic()
-                raise ToolStartError(f"MCP server(s) failed to start: {self._start_error}")
-            pairs: list[tuple[Tool, str | None]] = [(t, None) for t in self._local]
-            for conn in conns.values():
-                pairs += [(t, conn.name) for t in tools_of(conn)]
-            self._index(pairs)
-            self._started = True
-            self._warn_unknown_options()
+        """Start (or connect to) every MCP server and list its tools, all at once, each within its
+        start-up timeout. Raises `ToolStartError` naming each server that failed and why, after
+        stopping the servers that did start (calls made anyway start them again, one attempt each,
+        and try a failed server again only after `tools.circuit_cooldown_s`)."""
+        if self._closed:
+            raise ToolStartError("the runner is closed")
+        attempts = self._servers.start_missing(respect_cooldown=False)
+        try:
+            if attempts:
+                await asyncio.wait(attempts)
+        except BaseException:  # cancelled (Ctrl-C) mid-start
+            await asyncio.shield(self._servers.aclose())
+            raise
+        if not self._servers.all_up:
+            error = ToolStartError(f"MCP server(s) failed to start: {self._servers.down()}")
+            await self._servers.reset()
+            self._made = {key: e for key, e in self._made.items() if e.server is None}
+            self._reindex()
+            raise error
 
     async def aclose(self) -> None:
         """Stop every server; no subprocess outlives this (a SIGKILL backs up the polite shutdown)."""
         self._closed = True
         try:
-            await self._close_connections()
+            await self._servers.aclose()
         finally:
             self._cache.close()
             for t in self._local:
@@ -180,19 +197,21 @@ class ToolRunner:
                     except Exception as e:
                         log.warning("closing tool %r failed: %r", t.name, e)
 
-    async def _close_connections(self) -> None:
-        conns = list(self.connections.values())
-        try:
-            await asyncio.gather(*(c.aclose() for c in conns), return_exceptions=True)
-        finally:
-            for c in conns:
-                c.kill_now()
-
     def server_pids(self) -> dict[str, int]:
         """PIDs of the stdio servers' current processes (copies of a pool as `name#1`, `name#2`, ...)."""
         return {k: v for c in self.connections.values() for k, v in c.pids().items()}
 
     # ---- the tool table --------------------------------------------------------------------
+    def _reindex(self) -> None:
+        """Rebuild the tool table from the local tools and the servers that are up (config order)."""
+        pairs: list[tuple[Tool, str | None]] = [(t, None) for t in self._local]
+        for name, conn in self.connections.items():
+            if name in self._servers.up:
+                pairs += [(t, conn.name) for t in tools_of(conn)]
+        self._index(pairs)
+        if self._servers.all_up:
+            self._warn_unknown_options()
+
     def _index(self, pairs: list[tuple[Tool, str | None]]) -> None:
         counts: dict[str, int] = {}
         for tool, _ in pairs:
@@ -203,9 +222,12 @@ class ToolRunner:
             qualified = f"{server}.{tool.name}" if server else tool.name
             clash = counts[tool.name] > 1 or self.config.qualify_names
             name = qualified if server and clash else tool.name
-            if isinstance(tool, MCPTool) and name != tool.name:
-                tool.name = name
-            entry = self._entry(name, tool, server)
+            key = (name, server, getattr(tool, "remote_name", tool.name))
+            entry = self._made.get(key)
+            if entry is None:  # a server that comes up later keeps the entries (and slots) of the others
+                if isinstance(tool, MCPTool) and name != tool.name:
+                    tool.name = name
+                entry = self._made[key] = self._entry(name, tool, server)
             visible.append(entry)
             entries[name] = entry
             entries.setdefault(qualified, entry)
@@ -270,16 +292,13 @@ class ToolRunner:
         return await self._call(call, nested=False)
 
     async def _call(self, call: ToolCall, nested: bool) -> ToolResult:
-        t0 = time.perf_counter()
-        if not self._started:
-            # Lazy start; after a failed start, calls fail fast for a cool-down instead of respawning.
-            if time.monotonic() - self._start_failed_at < self.config.circuit_cooldown_s:
-                return ToolResult(text=f"tools are unavailable: {self._start_error}", is_error=True, status=CRASHED)
-            try:
-                await self.start()
-            except Exception as e:
-                return ToolResult(text=f"tools are unavailable: {e}", is_error=True, status=CRASHED)
-        entry = self._entries.get(call.name)
+        t0, started = time.perf_counter(), time.monotonic()
+        entry, waited_from = self._entries.get(call.name), None
+        if entry is None and not self._servers.all_up:
+            missing = await self._await_servers(call.name, t0, started)
+            if missing is not None:
+                return missing
+            entry, waited_from = self._entries.get(call.name), started
         if entry is None:
             return self._unknown(call.name, t0)
         args = call.arguments
@@ -300,7 +319,7 @@ class ToolRunner:
             if problem is not None:
                 msg = f"invalid arguments for {entry.name!r}: {problem}"
                 return self._finish(entry, ToolResult.error(msg, INVALID_ARGUMENTS), t0)
-        result = await self._limited(entry, args, nested)
+        result = await self._limited(entry, args, nested, waited_from)
         if len(result.text) > entry.max_chars:
             result = _truncate(result, entry.max_chars)
         if key is not None and not result.is_error:
@@ -312,6 +331,34 @@ class ToolRunner:
         entry.metrics.record(result)
         return result
 
+    async def _await_servers(self, name: str, t0: float, started: float) -> ToolResult | None:
+        """Start the servers that are not up (each on its own, those cooling down after a failed
+        start excepted) and wait, within the call's timeout, until one of them serves `name` or
+        none is starting any more. An error result when `name` may belong to a server that is
+        down; None when the call can go on (or is for an unknown name)."""
+        if self._closed:
+            return self._not_served(name, "the runner is closed", CRASHED, t0)
+        opts = self.config.per_tool.get(name)
+        timeout = (opts.timeout_s if opts else None) or self.config.timeout_s
+        self._servers.start_missing(respect_cooldown=True)
+        while name not in self._entries and (attempts := self._servers.attempts()):
+            remaining = started + timeout - time.monotonic()
+            if remaining <= 0:
+                waiting = ", ".join(self._servers.starting())
+                why = f"MCP server(s) {waiting} did not finish starting within the call's timeout of {timeout:g}s"
+                return self._not_served(name, why, UNRESPONSIVE, t0)
+            await asyncio.wait(attempts, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        down = self._servers.down()
+        if name in self._entries or not down:
+            return None
+        return self._not_served(name, f"MCP server(s) failed to start: {down}", CRASHED, t0)
+
+    def _not_served(self, name: str, why: str, status: str, t0: float) -> ToolResult:
+        self._unknown_calls += 1
+        res = ToolResult.error(f"tool {name!r} is unavailable: {why}", status)
+        res.latency_s = time.perf_counter() - t0
+        return res
+
     def _unknown(self, name: str, t0: float) -> ToolResult:
         self._unknown_calls += 1
         names = [e.name for e in self._visible]
@@ -322,7 +369,7 @@ class ToolRunner:
         res.latency_s = time.perf_counter() - t0
         return res
 
-    async def _limited(self, entry: _Entry, args: dict[str, Any], nested: bool) -> ToolResult:
+    async def _limited(self, entry: _Entry, args: dict[str, Any], nested: bool, started: float | None) -> ToolResult:
         # Per-tool and per-server slots first, the global slot last: a call queued behind its own
         # tool's limit must not sit on a global slot that other tools could use. Nested calls (an
         # agent tool calling other tools) skip the global slot their parent holds, or a full
@@ -333,19 +380,24 @@ class ToolRunner:
             for s in sems:
                 await s.acquire()
                 held.append(s)
-            return await self._attempts(entry, args)
+            return await self._attempts(entry, args, started)
         finally:
             for s in reversed(held):
                 s.release()
 
-    async def _attempts(self, entry: _Entry, args: dict[str, Any]) -> ToolResult:
-        cm = asyncio.timeout(entry.timeout_s)
+    async def _attempts(self, entry: _Entry, args: dict[str, Any], started: float | None) -> ToolResult:
+        """The call under its timeout, which runs from `started` when the call waited for its server
+        to start (the wait counts), else from now."""
+        now = time.monotonic()
+        started = now if started is None else started
+        trace = CallTrace(started, entry.timeout_s) if isinstance(entry.tool, MCPTool) else None
+        cm = asyncio.timeout(max(entry.timeout_s - (now - started), 0.0))
         try:
             async with cm:
                 attempt = 0
                 while True:
                     try:
-                        out = await entry.tool.call(args)
+                        out = await (entry.tool.call(args) if trace is None else entry.tool.call(args, trace))  # type: ignore[call-arg]
                         return out if isinstance(out, ToolResult) else result_from_value(out)
                     except TransportError as e:
                         if not e.retryable or attempt >= self.config.retries:
@@ -354,6 +406,10 @@ class ToolRunner:
                         attempt += 1
         except TimeoutError as e:
             if cm.expired():
+                if trace is not None and trace.server_silent():
+                    server = trace.connection.name if trace.connection is not None else entry.server
+                    msg = f"tool {entry.name!r} timed out after {entry.timeout_s:g}s; MCP server {server!r} sent nothing at all meanwhile (not even an answer to a ping)"
+                    return ToolResult.error(msg, UNRESPONSIVE)
                 return ToolResult.error(f"tool {entry.name!r} timed out after {entry.timeout_s:g}s", TIMEOUT)
             return ToolResult.error(f"tool {entry.name!r} failed: TimeoutError: {e}", ERROR)
         except asyncio.CancelledError:

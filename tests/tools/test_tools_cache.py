@@ -1,7 +1,6 @@
 """Result cache: LRU in memory, sqlite on disk across restarts, TTL, per-tool off switch."""
 
 import asyncio
-import time
 
 from conftest import server
 
@@ -69,14 +68,22 @@ def test_disk_cache_survives_a_restart_and_honours_ttl(tmp_path):
     second = asyncio.run(run_once())  # a new runner (and cache object): served from sqlite
     assert not first.cached and second.cached and second.text == "disk:1" and calls["n"] == 1
 
-    cache = ResultCache(path=path, ttl_s=0.05)
+    now = [1000.0]  # a clock of our own: expiry does not depend on how busy the machine is
+    cache = ResultCache(path=path, ttl_s=0.05, clock=lambda: now[0])
     cache.put("t", "{}", ToolResult(text="soon stale"))
+    now[0] += 0.04
     assert cache.get("t", "{}").text == "soon stale"
-    time.sleep(0.1)
+    now[0] += 0.02
     assert cache.get("t", "{}") is None
     cache.close()
-    reopened = ResultCache(path=path)
+    reopened = ResultCache(path=path, clock=lambda: now[0])
     assert reopened.get("t", "{}") is None  # expired on disk too
+    reopened.close()
+    fresh = ResultCache(path=path, ttl_s=0.05, clock=lambda: now[0])
+    fresh.put("t", "{}", ToolResult(text="kept"))
+    fresh.close()
+    reopened = ResultCache(path=path, clock=lambda: now[0] + 0.04)
+    assert reopened.get("t", "{}").text == "kept"  # on disk, not yet expired
     reopened.close()
 
 

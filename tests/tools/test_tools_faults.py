@@ -1,12 +1,24 @@
 """Supervision: a server that hangs, crashes, writes garbage, floods output or starts slowly."""
 
 import asyncio
+import collections
 import time
 
 import pytest
 from conftest import pid_alive, server, wait_gone
 
-from rlfactory.tools import CIRCUIT_OPEN, CRASHED, OK, TIMEOUT, ToolCall, ToolOptions, ToolRunner, ToolsConfig
+from rlfactory.tools import (
+    CIRCUIT_OPEN,
+    CRASHED,
+    ERROR,
+    OK,
+    TIMEOUT,
+    UNRESPONSIVE,
+    ToolCall,
+    ToolOptions,
+    ToolRunner,
+    ToolsConfig,
+)
 from rlfactory.tools.runner import ToolStartError
 
 
@@ -36,9 +48,9 @@ def test_all_faults_are_survived():
             assert g.status == OK and g.text == "after garbage"
             assert r.connections["fault"].process.garbage_lines >= 2
 
-            # huge output: delivered, then cut for the model
-            h = await r.call(ToolCall("huge", {"chars": 3_000_000}))
-            assert h.status == OK and h.truncated and "showing 1000 of 3000000 characters" in h.text
+            # huge output (a 2 MB message, under max_result_bytes): delivered, then cut for the model
+            h = await r.call(ToolCall("huge", {"chars": 1_000_000}))
+            assert h.status == OK and h.truncated and "showing 1000 of 1000000 characters" in h.text
 
             # crash: restarted and retried once; the retry crashes too -> a readable CRASHED result
             c = await r.call(ToolCall("crash"))
@@ -74,17 +86,17 @@ def test_a_server_that_crashes_once_is_restarted_and_the_call_succeeds():
             res = await r.call(ToolCall("ok", {"text": "recovered"}))
             assert res.text == "recovered" and r.server_pids()["fault"] != pid
 
-            # killed while calls are in flight: they are retried on the restarted server
+            # killed while calls are in flight: each is retried once, on the restarted server
             pid2 = r.server_pids()["fault"]
-
-            async def kill_soon():
-                await asyncio.sleep(0.2)
-                r.connections["fault"].process.kill_now()
-
-            pending = r.run([ToolCall("ok", {"text": str(i)}) for i in range(5)] + [ToolCall("hang")] * 0)
-            _, results = await asyncio.gather(kill_soon(), pending)
-            assert [x.text for x in results] == [str(i) for i in range(5)]
-            assert r.connections["fault"].restarts >= 1 and pid2 is not None
+            session = r.connections["fault"]._session
+            pending = asyncio.ensure_future(r.run([ToolCall("wait", {"seconds": 0.5, "text": str(i)}) for i in range(5)]))
+            while session.pending < 5:  # all five sent and not answered yet
+                await asyncio.sleep(0.01)
+            r.connections["fault"].process.kill_now()
+            results = await pending
+            assert [(x.status, x.text) for x in results] == [(OK, str(i)) for i in range(5)]
+            assert r.connections["fault"].restarts == 2 and r.server_pids()["fault"] != pid2
+            assert session.closed and r.connections["fault"]._session is not session
 
     asyncio.run(main())
 
@@ -106,7 +118,8 @@ def test_slow_start_is_waited_for_and_too_slow_start_is_a_clear_error():
                 statuses.append(res.status)
                 if res.status == OK:
                     break
-            assert statuses[0] == TIMEOUT and statuses[-1] == OK and res.text == "back"
+            # the restarting server says nothing until it is up: the first calls are unresponsive
+            assert statuses[0] == UNRESPONSIVE and statuses[-1] == OK and res.text == "back"
             assert r.server_pids()["slow"] != pid
         r = ToolRunner(config=ToolsConfig(startup_timeout_s=0.3), mcp={"mcpServers": {"slow": slow}})
         with pytest.raises(ToolStartError, match=r"slow.*start-up timeout of 0.3s"):
@@ -129,6 +142,7 @@ def test_a_server_that_cannot_start_is_named_with_its_reason():
         # calls made anyway are error results, and do not respawn the servers on every call
         res = await r.call(ToolCall("anything"))
         assert res.is_error and res.status == CRASHED and "missing API key" in res.text
+        assert res.latency_s > 0
         await r.aclose()
 
     asyncio.run(main())
@@ -141,8 +155,8 @@ def test_a_pool_of_server_processes_spreads_calls_and_routes_around_a_broken_cop
         async with ToolRunner(config=cfg, mcp={"mcpServers": {"fault": server("fault", processes=3)}}) as r:
             pids = r.server_pids()
             assert sorted(pids) == ["fault", "fault#1", "fault#2"] and len(set(pids.values())) == 3
-            answered = [int(x.text) for x in await r.run([ToolCall("pid")] * 30)]
-            assert sorted(answered.count(p) for p in pids.values()) == [10, 10, 10]
+            answered = collections.Counter(x.text for x in await r.run([ToolCall("instance")] * 30))
+            assert sorted(answered.values()) == [10, 10, 10]
 
             # a copy killed from outside: its calls are retried on its restart, the others are untouched
             pool = r.connections["fault"]
@@ -158,5 +172,26 @@ def test_a_pool_of_server_processes_spreads_calls_and_routes_around_a_broken_cop
             assert len(broken) == 1
             after = await r.run([ToolCall("ok", {"text": "fine"})] * 20)
             assert all(x.status == OK for x in after)
+
+    asyncio.run(main())
+
+
+def test_a_result_over_max_result_bytes_is_dropped_and_the_other_calls_are_answered():
+    # `huge` answers with its text twice (content and structured content): 2 bytes per character
+    cfg = ToolsConfig(max_result_bytes=1_000_000, timeout_s=30)
+    big = {"mcpServers": {"fault": server("fault"), "roomy": server("fault", max_result_bytes=8_000_000)}}
+
+    async def main():
+        async with ToolRunner(config=cfg, mcp=big) as r:
+            floods = [ToolCall("fault.huge", {"chars": 3_000_000})] * 2
+            results = await r.run(floods + [ToolCall("fault.ok", {"text": str(i)}) for i in range(5)])
+            for flood in results[:2]:
+                assert flood.status == ERROR and flood.is_error and flood.truncated
+                assert "over the limit of max_result_bytes=1,000,000" in flood.text and "raise `max_result_bytes`" in flood.text
+            assert [(x.status, x.text) for x in results[2:]] == [(OK, str(i)) for i in range(5)]
+            assert r.connections["fault"].process.garbage_lines == 0  # both attributed to their calls
+            # the per-server limit: the same answer from `roomy` is taken, then cut for the model
+            roomy = await r.call(ToolCall("roomy.huge", {"chars": 3_000_000}))
+            assert roomy.status == OK and roomy.truncated and "showing 8000 of 3000000 characters" in roomy.text
 
     asyncio.run(main())

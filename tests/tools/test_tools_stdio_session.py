@@ -30,7 +30,9 @@ def run_wire(check, config=None):
 def test_handshake_and_a_paged_tool_list():
     async def check(r):
         names = [s.name for s in r.specs()]
-        assert names == ["echo_back", "handshake", "ask_client", "rich", "bad_output", "rpc_error", "slow", "cancelled"]
+        assert names == [
+            "echo_back", "handshake", "ask_client", "rich", "bad_output", "rpc_error", "slow", "cancelled", "mixed", "flood",
+        ]
         said = json.loads((await r.call(ToolCall("handshake"))).text)
         assert said["initialized"] is True  # notifications/initialized came after the answer
         assert said["params"]["protocolVersion"] == LATEST_HANDSHAKE_VERSION
@@ -73,6 +75,30 @@ def test_content_kinds_json_rpc_errors_and_output_schema_violations():
     run_wire(check)
 
 
+def test_a_content_block_of_an_unknown_kind_keeps_the_valid_blocks():
+    async def check(r):
+        res = await r.call(ToolCall("mixed"))
+        assert res.status == OK and not res.is_error
+        assert res.text.split("\n") == ["the valid part", "[content block of unsupported type 'hologram' left out]", "after it"]
+
+    run_wire(check)
+
+
+def test_an_answer_over_max_result_bytes_with_its_id_last_fails_only_its_call():
+    async def check(r):
+        flood, small, echo = await r.run([
+            ToolCall("flood", {"size": 5_000_000}),
+            ToolCall("flood", {"size": 50_000}),
+            ToolCall("echo_back", {"text": "meanwhile"}),
+        ])
+        assert flood.status == ERROR and flood.truncated and "(5,000,100 bytes)" in flood.text and "max_result_bytes=100,000" in flood.text
+        assert small.status == OK and small.text == "y" * 8000 + "\n...[truncated: showing 8000 of 50000 characters]"
+        assert echo.text == "meanwhile"
+        assert r.connections["wire"].process.garbage_lines == 0
+
+    run_wire(check, ToolsConfig(max_result_bytes=100_000))
+
+
 def test_a_call_that_times_out_is_cancelled_on_the_server():
     async def check(r):
         t0 = time.monotonic()
@@ -113,7 +139,7 @@ def test_a_dying_server_fails_its_pending_calls_at_once():
             t0 = time.monotonic()
             process.kill_now()
             for h in hangs:
-                with pytest.raises(ConnectionLost, match="closed its output"):
+                with pytest.raises(ConnectionLost, match="'fault' (exited|closed its output)"):
                     await h
             assert time.monotonic() - t0 < 2.0 and session.closed
             with pytest.raises(ConnectionLost):

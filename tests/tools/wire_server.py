@@ -2,7 +2,8 @@
 
 It does what SDK servers rarely do on demand: pages its tool list, asks the client `ping` and an
 unsupported request mid-call, sends notifications, answers out of order, returns every content
-kind, breaks its output schema, answers with a JSON-RPC error, and records cancellations.
+kind and a kind no client knows, breaks its output schema, answers with a JSON-RPC error, sends an
+answer of any size with its id last (as the TypeScript SDK orders keys), and records cancellations.
 """
 
 import asyncio
@@ -28,6 +29,8 @@ PAGES = [
         {"name": "rpc_error", "description": "Answers with a JSON-RPC error.", "inputSchema": {"type": "object"}},
         {"name": "slow", "description": "Never answers.", "inputSchema": {"type": "object"}},
         {"name": "cancelled", "description": "Request ids cancelled so far.", "inputSchema": {"type": "object"}},
+        {"name": "mixed", "description": "A text block and a kind of block no client knows.", "inputSchema": {"type": "object"}},
+        {"name": "flood", "description": "A text of `size` bytes, id last.", "inputSchema": {"type": "object"}},
     ],
 ]
 
@@ -84,6 +87,15 @@ class WireServer:
             await asyncio.sleep(3600)
         elif name == "cancelled":
             self.reply(rid, text(json.dumps(self.cancelled)))
+        elif name == "mixed":
+            self.reply(rid, {"content": [
+                {"type": "text", "text": "the valid part"},
+                {"type": "hologram", "frames": ["x" * 100] * 20},
+                {"type": "text", "text": "after it"},
+            ]})
+        elif name == "flood":
+            body = {"content": [{"type": "text", "text": "y" * args.get("size", 10)}], "isError": False}
+            self.writer.write(json.dumps({"result": body, "jsonrpc": "2.0", "id": rid}).encode() + b"\n")
 
     def on_message(self, msg):
         method, rid = msg.get("method"), msg.get("id")
@@ -95,6 +107,8 @@ class WireServer:
             self.init_params = msg["params"]
             info = {"name": "wire", "version": "1"}
             self.reply(rid, {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": info})
+        elif method == "ping":
+            self.reply(rid, {})
         elif method == "notifications/initialized":
             self.initialized = True
         elif method == "notifications/cancelled":
