@@ -5,8 +5,10 @@ starting with `.` are skipped). Its id is its path relative to the runs folder.
 
 Status: a run launched from the studio has a job record (jobs.py) that says running, or how
 the process ended (exit 0: finished, interrupted: stopped, anything else: failed). A run started
-elsewhere is finished when its last step is trainer.steps, running while its logs changed in the
-last RECENT_S seconds, and stopped otherwise.
+elsewhere says so in its `run_state.json` (rlfactory.run_state: written by `rlfactory train` when
+its loop starts and ends; a run whose process is gone while it said "running" is failed). Without
+one (older runs, another host), a run is finished when its last step is trainer.steps, running
+while its logs changed in the last RECENT_S seconds, and stopped otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from rlfactory.run_state import describe, read_run_state
 from rlfactory.studio.metrics import last_record
 from rlfactory.studio.paths import BadPath, inside
 
@@ -107,7 +110,7 @@ def summarize(root: Path, path: Path, job: Any = None, now: float | None = None)
     config_file = path / "config.yaml"
     started = config_file.stat().st_mtime if config_file.is_file() else None
     updated = _mtime(path) or None
-    status, reason = _status(steps_done, steps_total, updated, now, job)
+    status, reason = _status(steps_done, steps_total, updated, now, job, read_run_state(path))
     return RunSummary(
         id=path.relative_to(root.resolve()).as_posix(), status=status, model=str(model), env=str(env),
         algorithm=algorithm, steps_done=steps_done, steps_total=steps_total, reward=last.get("reward/mean"),
@@ -116,12 +119,16 @@ def summarize(root: Path, path: Path, job: Any = None, now: float | None = None)
     )
 
 
-def _status(done: int, total: Any, updated: float | None, now: float, job: Any) -> tuple[str, str]:
+def _status(done: int, total: Any, updated: float | None, now: float, job: Any,
+            state: dict[str, Any] | None = None) -> tuple[str, str]:
     if job is not None:
         if job.state == "running":
             return "running", f"studio job {job.id}"
         if job.state in ("finished", "failed", "stopped"):
             return job.state, job.reason
+    told = describe(state) if state is not None else None
+    if told is not None:
+        return told
     if isinstance(total, int) and done >= total:
         return "finished", f"step {done} of {total}"
     if updated is not None and now - updated < RECENT_S:

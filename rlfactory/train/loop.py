@@ -14,6 +14,7 @@ of step s is seeded from (trainer.seed, s), so `--resume` continues exactly wher
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from rlfactory.config import dump_config
 from rlfactory.envs.base import Env
 from rlfactory.rewards.base import Reward, score_all
 from rlfactory.rollout.build import pad_id_of
+from rlfactory.run_state import write_run_state
 from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.trajectory import Trajectory
 from rlfactory.train.batch import collate
@@ -344,7 +346,17 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None) 
         if ckpt is not None:
             trainer.restore(ckpt)
         log = RunLog(run_dir, resume_step=trainer.step_done if ckpt is not None else None)
+        write_run_state(run_dir, "running")
         try:
-            return await trainer.run(log)
+            history = await trainer.run(log)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            write_run_state(run_dir, "stopped", f"interrupted at step {trainer.step_done} of {cfg.trainer.steps}")
+            raise
+        except BaseException as e:
+            write_run_state(run_dir, "failed", f"{type(e).__name__}: {e}"[:500])
+            raise
         finally:
             log.close()
+        done = trainer.step_done >= cfg.trainer.steps
+        write_run_state(run_dir, "finished" if done else "stopped", f"step {trainer.step_done} of {cfg.trainer.steps}")
+        return history

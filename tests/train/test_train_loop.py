@@ -19,6 +19,7 @@ import torch
 from rlfactory.cli.main import main
 from rlfactory.config import load_config
 from rlfactory.rewards.rule import RuleReward
+from rlfactory.run_state import describe, read_run_state
 from rlfactory.train.config import RunConfig
 from rlfactory.train.loop import Trainer
 from rlfactory.train.runlog import read_metrics
@@ -92,6 +93,7 @@ def test_resume_after_sigkill_mid_step_matches_an_uninterrupted_run(tmp_path, ca
     assert main(["train", full]) == 0
     expected = _deterministic(read_metrics(tmp_path / "full" / "metrics.jsonl"))
     assert len(expected) == 2
+    assert read_run_state(tmp_path / "full")["state"] == "finished"
 
     cut = run_config(tmp_path, "cut", trainer=steps)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
@@ -105,12 +107,15 @@ def test_resume_after_sigkill_mid_step_matches_an_uninterrupted_run(tmp_path, ca
     os.kill(proc.pid, signal.SIGKILL)  # step 2 has just started
     proc.wait()
     assert not (tmp_path / "cut" / "checkpoints" / "step_000002").exists()
+    killed = read_run_state(tmp_path / "cut")  # it could not say so: its pid is gone
+    assert killed["state"] == "running" and killed["pid"] == proc.pid and describe(killed)[0] == "failed"
 
     capsys.readouterr()
     assert main(["train", cut, "--resume"]) == 0
     assert "trained 1 step(s)" in capsys.readouterr().out  # step 1 came from the checkpoint
     got = _deterministic(read_metrics(tmp_path / "cut" / "metrics.jsonl"))
     assert got == expected
+    assert describe(read_run_state(tmp_path / "cut")) == ("finished", "step 2 of 2")
     assert sorted(p.name for p in (tmp_path / "cut" / "trajectories").iterdir()) == [
         "step_000001.jsonl", "step_000002.jsonl"]
 
@@ -253,3 +258,16 @@ def test_a_users_advantage_and_loss_are_named_in_the_yaml(tmp_path, capsys):
     assert main(["train", bad]) == 2
     err = capsys.readouterr().err
     assert "algo.advantage" in err and "unknown advantage estimator 'grpo_typo'" in err and "rloo" in err
+
+
+def test_a_run_that_raises_says_failed_and_why_in_run_state(tmp_path, capsys, monkeypatch):
+    async def boom(self, step):
+        raise RuntimeError("the GPU caught fire")
+
+    monkeypatch.setattr(Trainer, "step", boom)
+    cfg = run_config(tmp_path, trainer={"steps": 2})
+    from rlfactory.train.loop import train
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(train(load_config(RunConfig, cfg)))
+    assert describe(read_run_state(tmp_path / "run")) == ("failed", "RuntimeError: the GPU caught fire")
