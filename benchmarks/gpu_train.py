@@ -169,6 +169,10 @@ def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Names
                       "tokens": tokens})
         print(f"  rlfactory step {step + 1}: rollout {t_gen:.2f}s, train {t_train:.2f}s", file=sys.stderr, flush=True)
     flops = train_flops(model.config, [len(p) for p in prompt_ids], a.completion_len, a.group)
+    st = gen.stats
+    print(f"  rlfactory decode: {st['steps']} steps, {st.get('graph_replays', 0)} replayed from CUDA graphs "
+          f"({st.get('graph_captures', 0)} recorded); optimizer fused: {bool(optimizer.defaults.get('fused'))}",
+          file=sys.stderr, flush=True)
     del model, gen, optimizer, update
     return {"steps": steps, "train_flops": flops}
 

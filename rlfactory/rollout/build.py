@@ -169,6 +169,7 @@ async def open_rollout(
                 max_batch=cfg.rollout.max_batch,
                 seed=cfg.sampling.seed,
                 logits_processor=logits_processor,
+                cuda_graphs=cfg.rollout.cuda_graphs,
             )
         engine = RolloutEngine(generator, tool_manager, runner, env, cfg.rollout, cfg.sampling, tokenizer=tokenizer)
         yield RolloutSession(engine, generator, model, tokenizer, tool_manager, runner, env, reward)

@@ -122,6 +122,10 @@ class RolloutConfig(Section):
     crashed: the server died and could not be restarted; circuit_open: it crashed repeatedly
     and is cooling down; unresponsive: a timeout of a server that answers nothing at all (an
     ordinary `timeout` of a slow call stays the model's)."""
+    cuda_graphs: bool = True
+    """Local generator on a CUDA device: run decode steps at fixed shapes replayed from a CUDA
+    graph (recorded per rollout and cache size; sdpa or eager attention). Same tokens as without;
+    off = one Python forward per step (slower for small models). Ignored on the CPU."""
 
     @model_validator(mode="after")
     def _check(self) -> "RolloutConfig":

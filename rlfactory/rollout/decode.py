@@ -7,7 +7,9 @@ Runs in the generator's thread, one `step(new_rows)` at a time:
      sampled and each row's cache is copied into a free slot of the decode cache.
   2. decode: one forward over all slots (tokens left-aligned, each row writes its own column), a
      token sampled per live row, stops checked; finished rows free their slot (and keep their
-     cache when their request names a session).
+     cache when their request names a session). With a `StaticDecode` (on a GPU) the forward runs
+     at fixed shapes from a CUDA graph (decode_graph.py); the sampled tokens and their logprobs
+     come back to the host in one copy per step.
 Nothing moves in the decode cache when rows come and go (see kv_cache.SlotCache); a row's wait
 to join is at most one step.
 """
@@ -23,9 +25,17 @@ from typing import Any, Callable
 import torch
 
 from rlfactory.rollout.attention_masks import MaskPlan, mask_plan
+from rlfactory.rollout.decode_graph import StaticDecode, static_mask_plan
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.kv_cache import RowKV, SlotCache, cache_of_rows, new_cache, take_row
 from rlfactory.rollout.sampling import RowSampling, sample, seeded_uniforms
+
+
+def to_host(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int], list[float]]:
+    """Sampled tokens [B] and their logprobs [B] as Python lists, in one device->host copy (exact:
+    token ids and float32 values are both exact in float64)."""
+    both = torch.stack([tokens.to(torch.float64), logprobs.to(torch.float64)]).tolist()
+    return [int(t) for t in both[0]], both[1]
 
 
 @dataclass
@@ -46,7 +56,8 @@ class DecodeLoop:
     """State of the running batch. `model()` returns the model to run (read at every forward)."""
 
     def __init__(self, model: Callable[[], Any], pad_id: int, device: torch.device, rng: torch.Generator,
-                 tokenizer: Any = None, logits_processor: Callable | None = None, min_shared_prefix: int = 16) -> None:
+                 tokenizer: Any = None, logits_processor: Callable | None = None, min_shared_prefix: int = 16,
+                 static: StaticDecode | None = None) -> None:
         self.model = model
         self.pad_id = pad_id
         self.device = device
@@ -54,6 +65,7 @@ class DecodeLoop:
         self.tokenizer = tokenizer
         self.logits_processor = logits_processor
         self.min_shared_prefix = min_shared_prefix
+        self.static = static  # fixed-shape (CUDA graph) decode steps; None = trimmed eager steps
         self.cache: SlotCache | None = None
         self.rows: list[Row | None] = []  # per slot; trailing free slots are dropped
         self.length: list[int] = []  # tokens in the cache, per slot
@@ -63,7 +75,8 @@ class DecodeLoop:
         self.sessions: dict[str, tuple[list[int], RowKV]] = {}
         self.lock = threading.Lock()
         self.gates: dict[tuple[str, ...], list[bool]] = {}
-        self._plan: tuple[int, MaskPlan | None] | None = None
+        self._plan: tuple[int, MaskPlan | None, MaskPlan | None] | None = None
+        self._keep_rows: tuple[int, torch.Tensor | None] | None = None
         self.stats = {"steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0,
                       "shared_prefix_tokens": 0, "moved_rows": 0, "tokens": 0, "busy_s": 0.0}
 
@@ -76,7 +89,9 @@ class DecodeLoop:
 
     def reset(self) -> None:
         """Drop the running batch (the kept sessions stay)."""
-        self.cache, self.rows, self.length, self.last, self._sampling = None, [], [], [], None
+        self.cache, self.rows, self.length, self.last, self._sampling, self._keep_rows = None, [], [], [], None, None
+        if self.static is not None:
+            self.static.release()
 
     def step(self, new: list[Row]) -> list[Row]:
         t0 = time.perf_counter()
@@ -91,15 +106,26 @@ class DecodeLoop:
 
     def mask_plan(self) -> MaskPlan | None:
         """None for full-attention models (2D padding masks); else how to build position masks."""
+        return self._plans()[1]
+
+    def static_plan(self) -> MaskPlan | None:
+        """The masks of fixed-shape steps; None when they are off or the model's kernel cannot run them."""
+        return self._plans()[2] if self.static is not None else None
+
+    def _plans(self) -> tuple[int, MaskPlan | None, MaskPlan | None]:
         model = self.model()
         if self._plan is None or self._plan[0] != id(model):
-            self._plan = (id(model), mask_plan(model))
-        return self._plan[1]
+            plan = mask_plan(model)
+            self._plan = (id(model), plan, static_mask_plan(model, plan))
+        return self._plan
 
     def _logits(self, rows: list[Row], input_ids, mask, pos, cache, keep: torch.Tensor | None = None) -> torch.Tensor:
         out = self.model()(input_ids=input_ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
                            use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1, :]
+        return self._process(rows, out.logits[:, -1, :], keep)
+
+    def _process(self, rows: list[Row], logits: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        """The live rows' logits [len(rows), V] (`keep`: their rows in `logits`), after the processor."""
         if keep is not None:
             logits = logits.index_select(0, keep)
         if self.logits_processor is not None:
@@ -142,11 +168,11 @@ class DecodeLoop:
         logits = self._logits(rows, ids, attn, pos, cache)
         self.stats["prefills"] += 1
         self.stats["prefill_tokens"] += sum(len(n) for n in news)
-        tokens, lps = sample(logits, RowSampling.of([r.req.sampling for r in rows], self.device), self.rng,
-                             self._uniforms(rows))
+        tokens, lps = to_host(*sample(logits, RowSampling.of([r.req.sampling for r in rows], self.device), self.rng,
+                                      self._uniforms(rows)))
         done += self._record(rows, tokens, lps)
         expected = self.live + sum(r.finish is None for r in rows)
-        for i, (row, tok) in enumerate(zip(rows, tokens.tolist())):
+        for i, (row, tok) in enumerate(zip(rows, tokens)):
             if row.finish is None:
                 self._admit(row, take_row(cache, i, mask[i].nonzero().squeeze(1)), tok, expected)
             elif row.req.session is not None:
@@ -157,21 +183,25 @@ class DecodeLoop:
         cache = self.cache
         live = [i for i, r in enumerate(self.rows) if r is not None]
         rows = [self.rows[i] for i in live]
-        write = torch.tensor(self.length, dtype=torch.long, device=self.device)
-        cache.begin_step(write)
-        # Free slots still run (cheaper than compacting every time); they see only their column 0.
-        cols = torch.arange(cache.width, device=self.device).unsqueeze(0)
-        plan = self.mask_plan()
-        if plan is None:
-            mask: Any = (cols <= write.unsqueeze(1)).long()
-        else:  # left-aligned slots: a key's column is its position
-            mask = plan.build(cols.expand(len(write), -1), cols <= write.unsqueeze(1), write.unsqueeze(1))
-        last = torch.tensor(self.last, dtype=torch.long, device=self.device).unsqueeze(1)
-        keep = torch.tensor(live, device=self.device) if len(live) < len(self.rows) else None
-        logits = self._logits(rows, last, mask, write.unsqueeze(1), cache, keep)
+        static = self.static_plan()
+        if static is not None:  # every slot, all columns: fixed shapes, replayed from a CUDA graph
+            logits = self.static.logits(self.model(), static, cache, self.last, self.length)
+            logits = self._process(rows, logits, self._keep_index(live, logits.shape[0]))
+        else:
+            write = torch.tensor(self.length, dtype=torch.long, device=self.device)
+            cache.begin_step(write)
+            # Free slots still run (cheaper than compacting every time); they see only their column 0.
+            cols = torch.arange(cache.width, device=self.device).unsqueeze(0)
+            plan = self.mask_plan()
+            if plan is None:
+                mask: Any = (cols <= write.unsqueeze(1)).long()
+            else:  # left-aligned slots: a key's column is its position
+                mask = plan.build(cols.expand(len(write), -1), cols <= write.unsqueeze(1), write.unsqueeze(1))
+            last = torch.tensor(self.last, dtype=torch.long, device=self.device).unsqueeze(1)
+            logits = self._logits(rows, last, mask, write.unsqueeze(1), cache, self._keep_index(live, len(self.rows)))
         self.stats["steps"] += 1
-        tokens, lps = sample(logits, self._row_sampling(live, rows), self.rng, self._uniforms(rows))
-        for i, tok in zip(live, tokens.tolist()):
+        tokens, lps = to_host(*sample(logits, self._row_sampling(live, rows), self.rng, self._uniforms(rows)))
+        for i, tok in zip(live, tokens):
             self.length[i] += 1
             self.last[i] = tok
         done = self._record(rows, tokens, lps)
@@ -185,6 +215,14 @@ class DecodeLoop:
             self._version += 1
             self._tidy()
         return done
+
+    def _keep_index(self, live: list[int], n: int) -> torch.Tensor | None:
+        """The live slots' rows among n forward rows (None: all n are live); rebuilt when rows change."""
+        if len(live) == n:
+            return None
+        if self._keep_rows is None or self._keep_rows[0] != self._version:
+            self._keep_rows = (self._version, torch.tensor(live, device=self.device))
+        return self._keep_rows[1]
 
     def _row_sampling(self, live: list[int], rows: list[Row]) -> RowSampling:
         """The live rows' sampling settings as tensors, rebuilt only when the rows changed."""
@@ -251,11 +289,11 @@ class DecodeLoop:
 
     # ---- stops ----------------------------------------------------------------------------------
 
-    def _record(self, rows: list[Row], tokens: torch.Tensor, lps: torch.Tensor) -> list[Row]:
+    def _record(self, rows: list[Row], tokens: list[int], lps: list[float]) -> list[Row]:
         """Append each row's new token and logprob; mark and return the rows that are done."""
         finished = []
         self.stats["tokens"] += len(rows)
-        for row, tok, lp in zip(rows, tokens.tolist(), lps.tolist()):
+        for row, tok, lp in zip(rows, tokens, lps):
             row.tokens.append(tok)
             row.logprobs.append(lp)
             if tok in row.stop_ids:

@@ -59,6 +59,9 @@ class RowSampling:
     top_k: torch.Tensor  # long, 0 = off
     top_p: torch.Tensor  # float, 1.0 = off
     greedy: torch.Tensor  # bool
+    flags: tuple[bool, bool, bool] | None = None
+    """(all rows greedy, any row greedy, any row top-k/top-p) known on the host, so `sample` need
+    not read them back from the device (a sync per step); None = read them from the tensors."""
 
     @classmethod
     def of(cls, settings: list[SamplingConfig], device: torch.device | str = "cpu") -> "RowSampling":
@@ -67,6 +70,8 @@ class RowSampling:
             top_k=torch.tensor([s.top_k for s in settings], dtype=torch.long, device=device),
             top_p=torch.tensor([s.top_p for s in settings], dtype=torch.float32, device=device),
             greedy=torch.tensor([s.is_greedy for s in settings], dtype=torch.bool, device=device),
+            flags=(all(s.is_greedy for s in settings), any(s.is_greedy for s in settings),
+                   any(s.top_k > 0 or s.top_p < 1 for s in settings)),
         )
 
     def select(self, idx: torch.Tensor) -> "RowSampling":
@@ -122,16 +127,18 @@ def sample(
     """
     scaled = logits.float() / rows.temperature.unsqueeze(1)
     lse = torch.logsumexp(scaled, dim=-1)
-    if bool(rows.greedy.all()):
+    all_greedy, any_greedy, any_filter = rows.flags or (
+        bool(rows.greedy.all()), bool(rows.greedy.any()), bool((rows.top_k > 0).any()) or bool((rows.top_p < 1).any()))
+    if all_greedy:
         tokens = scaled.argmax(dim=-1)
     else:
-        if bool((rows.top_k > 0).any()) or bool((rows.top_p < 1).any()):
+        if any_filter:
             probs = _filter(scaled, rows.top_k, rows.top_p).softmax(dim=-1)
         else:
             probs = (scaled - lse.unsqueeze(1)).exp()
         if uniforms is None:
             uniforms = torch.rand((probs.shape[0],), generator=rng, device=probs.device)
         tokens = draw(probs, uniforms)
-        if bool(rows.greedy.any()):
+        if any_greedy:
             tokens = torch.where(rows.greedy, scaled.argmax(dim=-1), tokens)
     return tokens, scaled.gather(1, tokens.unsqueeze(1)).squeeze(1) - lse

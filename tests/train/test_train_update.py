@@ -178,3 +178,30 @@ def test_kl_penalty_and_bf16_autocast_on_cpu():
     up = _updater(tiny_model, AlgoConfig(kl_coef=0.1, epochs=2), bf16=True)
     metrics, _ = up(UpdateData(batch, torch.tensor([1.0, -1.0]), old_logp=ref_logp, ref_logp=ref_logp), torch.Generator())
     assert metrics["policy/kl"] >= 0 and torch.isfinite(torch.tensor(metrics["loss/total"]))
+
+
+def test_bf16_logits_are_upcast_chunkwise_with_the_whole_tensors_values_and_gradients():
+    """At temperature 1 policy_forward hands the head's bf16 logits to the chunked logprob and
+    entropy functions without a float32 copy of the whole [N, V] tensor; values and gradients are
+    those of upcasting the whole tensor first (the code path before)."""
+    from rlfactory.algos.utils import entropy_from_logits, token_logprobs
+    from rlfactory.train.logprobs import autocast, decoder_and_head, predictive_hidden
+
+    model = tiny_qwen3().to(torch.bfloat16)
+    batch = collate([_traj_a(), _traj_b(), _traj_a((33, 34))], pad_id=0)
+    sel = batch.loss_mask > 0
+    logp, ent = policy_forward(model, batch, bf16=True, with_entropy=True, entropy_grad=False)
+    logp[sel].sum().backward()
+    new = _grads(model)
+    model.zero_grad(set_to_none=True)
+    decoder, head = decoder_and_head(model)
+    with autocast(batch.completion_ids.device, True):
+        logits = head(predictive_hidden(decoder, batch)[sel])
+    assert logits.dtype == torch.bfloat16
+    whole = logits.float()
+    old_logp = token_logprobs(whole.unsqueeze(0), batch.targets[sel].unsqueeze(0))[0]
+    old_logp.sum().backward()
+    assert torch.equal(logp[sel], old_logp.detach())
+    assert torch.equal(ent[sel], entropy_from_logits(whole.detach().unsqueeze(0))[0])
+    old = _grads(model)
+    assert new.keys() == old.keys() and all(torch.equal(new[k], old[k]) for k in new)
