@@ -5,6 +5,7 @@ reference model) stays on the GPU."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 import pytest
 import torch
@@ -89,7 +90,10 @@ def test_gpu_training_run_stays_on_the_gpu(tmp_path):
     from rlfactory.train.config import RunConfig
     from rlfactory.train.loop import Trainer
 
+    # The device placement is under test, not the sandbox: GPU machines often lack bubblewrap.
+    sandbox = "strict" if shutil.which("bwrap") else "weak"
     cfg = load_config(RunConfig, run_config(tmp_path, model={"device": "cuda", "dtype": "bfloat16"},
+                                            env={"name": "python", "options": {"sandbox": sandbox}},
                                             algo={"kl_coef": 0.05}, trainer={"steps": 1}))
 
     async def one_step():
