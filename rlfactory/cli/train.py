@@ -1,9 +1,14 @@
-"""`rlfactory train CONFIG [KEY=VALUE ...] [--resume]`: train a policy with RL on a config."""
+"""`rlfactory train CONFIG [KEY=VALUE ...] [--resume] [--nproc N]`: train a policy with RL on a config.
+
+Under torchrun (RANK and WORLD_SIZE set) every rank runs this command and the trainer uses the
+FSDP2 learner (rlfactory.distributed.fsdp); `--nproc N` starts that launch on this machine:
+`python -m torch.distributed.run --standalone --nproc-per-node N -m rlfactory.cli.main train ...`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 
 from rlfactory.cli.common import allow_overrides_after_options
@@ -19,15 +24,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="run config (YAML)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. trainer.lr=1e-5")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in trainer.run_dir")
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="train with the FSDP2 learner on N processes of this machine (starts torchrun)")
     p.set_defaults(func=run)
     allow_overrides_after_options(p)
 
 
+def torchrun_command(args: argparse.Namespace) -> list[str]:
+    """The torchrun launch that `--nproc N` runs (the same command without --nproc on each rank)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
+           "-m", "rlfactory.cli.main", "train", args.config, *args.overrides]
+    return cmd + (["--resume"] if args.resume else [])
+
+
 def run(args: argparse.Namespace) -> int:
     from rlfactory.cli.common import load_run_config
+    from rlfactory.distributed.fsdp import launched_by_torchrun
+
+    if args.nproc is not None and not launched_by_torchrun():
+        if args.nproc < 1:
+            print("rlfactory train: --nproc must be >= 1", file=sys.stderr)
+            return 2
+        from rlfactory.distributed.fsdp import check_config
+
+        check_config(load_run_config(args.config, args.overrides), args.nproc)  # one error, before any rank starts
+        return subprocess.call(torchrun_command(args))
+    cfg = load_run_config(args.config, args.overrides)
+    if launched_by_torchrun():
+        return _run_rank(cfg, args.resume)
     from rlfactory.train.loop import train
 
-    cfg = load_run_config(args.config, args.overrides)
     open_session = None
     stops: tuple[type[Exception], ...] = (FileExistsError,)  # reported in one line
     if cfg.trainer.backend == "ray":
@@ -46,10 +72,34 @@ def run(args: argparse.Namespace) -> int:
     except stops as e:
         print(f"rlfactory train: {e}", file=sys.stderr)
         return 2
+    _report(history, cfg)
+    return 0
+
+
+def _run_rank(cfg, resume: bool) -> int:
+    """This process is one rank of a torchrun launch: train with the FSDP2 learner."""
+    from rlfactory.distributed.fsdp import FsdpLearner, check_config
+    from rlfactory.train.loop import train
+
+    learner = FsdpLearner(cfg.fsdp)
+    try:
+        check_config(cfg, learner.world_size)
+        history = asyncio.run(train(cfg, resume=resume, parallel=learner))
+    except FileExistsError as e:
+        if learner.is_main:
+            print(f"rlfactory train: {e}", file=sys.stderr)
+        return 2
+    finally:
+        learner.close()
+    if learner.is_main:
+        _report(history, cfg)
+    return 0
+
+
+def _report(history: list, cfg) -> None:
     if history:
         last = history[-1]
         print(f"trained {len(history)} step(s); last reward {last['reward/mean']:.4f}, "
               f"accuracy {last['accuracy']:.3f}; run dir: {cfg.trainer.run_dir}")
     else:
         print(f"nothing to do: {cfg.trainer.run_dir} is already at step {cfg.trainer.steps}")
-    return 0

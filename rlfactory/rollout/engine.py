@@ -123,20 +123,29 @@ class RolloutEngine:
     def _start(self, rows: list[dict[str, Any]], n: int) -> tuple[list[Trajectory], list[list[int]]]:
         """The empty trajectories (id, group, info) and their prompt ids, row-major."""
         specs = list(self.runner.specs()) if self.runner is not None else []
-        trajs, prompts, groups = [], [], set()
-        for index, row in enumerate(rows):
-            group = name = str(row.get("id", index))
-            k = 1
-            while group in groups:
-                k += 1
-                group = f"{name}#{k}"
-            groups.add(group)
+        trajs, prompts = [], []
+        for row, group in zip(rows, group_names(rows)):
             prompt_ids = list(self.tool_manager.render_prompt(self.env.reset(row), specs))
             info = self.env.info(row)
             for j in range(n):
                 trajs.append(Trajectory(id=f"{group}-{j}", group=group, info=dict(info)))
                 prompts.append(prompt_ids)
         return trajs, prompts
+
+
+def group_names(rows: list[dict[str, Any]]) -> list[str]:
+    """The group name of each row of one `RolloutEngine.run` call: the row's `id` (its index
+    when it has none), with `#2`, `#3`, ... appended to a name met again."""
+    names, seen = [], set()
+    for index, row in enumerate(rows):
+        group = name = str(row.get("id", index))
+        k = 1
+        while group in seen:
+            k += 1
+            group = f"{name}#{k}"
+        seen.add(group)
+        names.append(group)
+    return names
 
 
 class Concurrent:

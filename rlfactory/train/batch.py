@@ -119,6 +119,26 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TrainBatch:
                       completion_mask, loss_mask, sampler * loss_mask)
 
 
+def loss_tokens(t: Trajectory) -> int:
+    """Loss tokens of `t` as `collate` keeps them (a first token that serves as the prompt is never predicted)."""
+    p = max(t.prompt_len, 1) if t.input_ids else 0
+    return int(sum(t.loss_mask[p:]))
+
+
+def empty_batch(device: torch.device | str = "cpu") -> TrainBatch:
+    """A batch of no rows (a rank of the FSDP learner that trains on none of the step's rows)."""
+    z = torch.zeros((0, 1), dtype=torch.long, device=device)
+    return TrainBatch(z, z, torch.zeros(0, dtype=torch.long, device=device), z, z, z.float(), z.float())
+
+
+def filler_batch(device: torch.device | str = "cpu") -> TrainBatch:
+    """One row of one prompt token and one loss token (id 0), for passes that exist only to keep
+    the FSDP learner's ranks in step (their loss is multiplied by 0)."""
+    one = torch.ones((1, 1), dtype=torch.long, device=device)
+    return TrainBatch(one * 0, one, torch.zeros(1, dtype=torch.long, device=device), one * 0, one, one.float(),
+                      torch.zeros((1, 1), device=device))
+
+
 def micro_batches(indices: torch.Tensor, size: int | None) -> list[torch.Tensor]:
     """Split a 1-D index tensor into consecutive chunks of at most `size` (None = one chunk)."""
     if size is None or size >= len(indices):

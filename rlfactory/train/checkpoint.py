@@ -4,6 +4,10 @@ Layout of `run_dir/checkpoints/step_000010/`:
     model/            `save_pretrained` of the policy (full weights, or the LoRA adapter) and tokenizer
     trainer_state.pt  optimizer, scheduler, critic, RNG states (python, numpy, torch, cuda)
     meta.json         step, policy version, data position, seed; written last
+The FSDP learner (rlfactory.distributed.fsdp) writes the same model/ folder (rank 0, from the
+gathered full state dict) and meta.json, keeps the optimizer out of trainer_state.pt and writes it
+sharded to optimizer/ (torch.distributed.checkpoint: one file per rank plus .metadata), and each
+rank's RNG states to rng_rank<r>.pt.
 
 A checkpoint is built in a temporary folder, every file is fsynced, and the folder is renamed
 into place (then the parent is fsynced): a crash leaves either the whole checkpoint or none.
@@ -36,6 +40,10 @@ class CheckpointMeta:
     """Dataset rows consumed so far (the prompt sampler's position)."""
     seed: int
     lora: bool = False
+    world_size: int = 1
+    """Processes that trained it; > 1 (or an FSDP run of 1): optimizer state in optimizer/ (sharded)."""
+    sharded: bool = False
+    """Written by the FSDP learner: optimizer state under optimizer/ (torch.distributed.checkpoint)."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -103,28 +111,46 @@ def save_checkpoint(
     keep_last: int,
 ) -> Path:
     """Write checkpoint `meta.step` atomically and delete all but the newest `keep_last`."""
+    tmp, final = start_checkpoint(run_dir, meta.step, suffix=f"-{os.getpid()}")
+    write_checkpoint_files(tmp, meta, model, tokenizer, {**trainer_state, "rng": rng_state()})
+    commit_checkpoint(run_dir, tmp, final, keep_last)
+    return final
+
+
+def start_checkpoint(run_dir: str | Path, step: int, suffix: str = "") -> tuple[Path, Path]:
+    """An empty temporary folder for checkpoint `step`, and the final path it will be renamed to."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{meta.step:06d}"
-    tmp = root / f"{TMP_PREFIX}step_{meta.step:06d}-{os.getpid()}"
+    final = root / f"step_{step:06d}"
+    tmp = root / f"{TMP_PREFIX}step_{step:06d}{suffix}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    return tmp, final
+
+
+def write_checkpoint_files(tmp: Path, meta: CheckpointMeta, model: Any, tokenizer: Any,
+                           trainer_state: dict[str, Any], state_dict: dict[str, Any] | None = None) -> None:
+    """model/ (`save_pretrained`, of `state_dict` when given), trainer_state.pt and meta.json."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # keep stderr for the trainer's own progress bar
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    extra = {"state_dict": state_dict} if state_dict is not None else {}
+    model.save_pretrained(tmp / "model", safe_serialization=True, **extra)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "model")
-    torch.save({**trainer_state, "rng": rng_state()}, tmp / "trainer_state.pt")
+    torch.save(trainer_state, tmp / "trainer_state.pt")
     (tmp / "meta.json").write_text(json.dumps(asdict(meta), indent=1), encoding="utf-8")
+
+
+def commit_checkpoint(run_dir: str | Path, tmp: Path, final: Path, keep_last: int) -> None:
+    """fsync the temporary folder, rename it to `final` (replacing an older attempt), prune."""
     _fsync_tree(tmp)
     if final.exists():  # a checkpoint of the same step from an earlier, interrupted attempt
         shutil.rmtree(final)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    _fsync_dir(final.parent)
     prune_checkpoints(run_dir, keep_last)
-    return final
 
 
 def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
@@ -136,9 +162,14 @@ def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
+def read_meta(path: str | Path) -> CheckpointMeta:
+    """meta.json of checkpoint folder `path`."""
+    return CheckpointMeta(**json.loads((Path(path) / "meta.json").read_text(encoding="utf-8")))
+
+
 def load_checkpoint(path: str | Path) -> tuple[CheckpointMeta, dict[str, Any]]:
     """(meta, trainer_state) of checkpoint folder `path`; the weights are in `path/model`."""
     path = Path(path)
-    meta = CheckpointMeta(**json.loads((path / "meta.json").read_text(encoding="utf-8")))
+    meta = read_meta(path)
     state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=False)
     return meta, state

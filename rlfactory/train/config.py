@@ -18,6 +18,7 @@ from rlfactory.rewards.config import RewardConfig
 from rlfactory.rollout.config import ModelConfig, RolloutConfig, SamplingConfig
 from rlfactory.rollout.server_config import GeneratorConfig
 from rlfactory.tools.config import ToolsConfig
+from rlfactory.train.fsdp_config import FsdpConfig
 from rlfactory.train.ray_config import RayConfig
 from rlfactory.train.sft_config import SftConfig
 
@@ -168,3 +169,4 @@ class RunConfig(Section):
     trainer: TrainerConfig = TrainerConfig()
     ray: RayConfig = RayConfig()
     sft: SftConfig = SftConfig()
+    fsdp: FsdpConfig = FsdpConfig()

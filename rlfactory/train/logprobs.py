@@ -24,7 +24,7 @@ from transformers import DynamicCache
 
 from rlfactory.algos.utils import entropy_from_logits, token_logprobs
 from rlfactory.rollout.attention_masks import mask_plan
-from rlfactory.train.batch import TrainBatch, micro_batches
+from rlfactory.train.batch import TrainBatch, filler_batch, micro_batches
 
 
 def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
@@ -101,6 +101,9 @@ def policy_forward(
     (not computed there). Gradients flow to logp when enabled, and to the entropy only with
     `entropy_grad` (otherwise it is a detached metric).
     """
+    if isinstance(model, PolicyModule):  # its forward runs this function (so FSDP2's hooks see the pass)
+        return model(batch, temperature=temperature, bf16=bf16, with_entropy=with_entropy,
+                     entropy_grad=entropy_grad, share_prefix=share_prefix)
     decoder, head = decoder_and_head(model)
     sel = batch.loss_mask > 0
     with autocast(batch.completion_ids.device, bf16):
@@ -120,6 +123,38 @@ def policy_forward(
     return logp, ent
 
 
+class PolicyModule(nn.Module):
+    """A causal LM whose `forward(batch, **options)` is `policy_forward` of it.
+
+    The FSDP2 learner shards this wrapper: its root all-gathers the parameters outside the decoder
+    layers (embeddings, final norm, LM head) when `forward` runs, which calling the decoder and
+    the head separately would skip. `policy_forward(PolicyModule(m), ...)` equals `policy_forward(m, ...)`.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: TrainBatch, **options: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        lc = batch.completion_ids.shape[1]
+        if not (options.get("share_prefix", True) and lc < 2):
+            return policy_forward(self.model, batch, **options)
+        # One completion column runs the decoder once, more run it twice (prompt, then
+        # completions): a padding column makes every pass run it twice, so the ranks of the
+        # FSDP learner all-gather the same layers the same number of times.
+        logp, ent = policy_forward(self.model, _with_padding_column(batch), **options)
+        return logp[:, :lc].clone(), (ent[:, :lc].clone() if ent is not None else None)
+
+
+def _with_padding_column(batch: TrainBatch) -> TrainBatch:
+    """`batch` with one more completion column of padding (mask 0, loss mask 0)."""
+    def widen(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, torch.zeros_like(x[:, :1])], 1)
+
+    return TrainBatch(batch.prompt_ids, batch.prompt_mask, batch.prompt_index, widen(batch.completion_ids),
+                      widen(batch.completion_mask), widen(batch.loss_mask), widen(batch.sampler_logprobs))
+
+
 @torch.no_grad()
 def batched_logprobs(
     model: nn.Module,
@@ -129,11 +164,20 @@ def batched_logprobs(
     temperature: float = 1.0,
     bf16: bool = False,
     share_prefix: bool = True,
+    passes: int = 0,
 ) -> torch.Tensor:
-    """`policy_forward` logprobs for the whole batch without gradients, in micro-batches: [B, Lc]."""
+    """`policy_forward` logprobs for the whole batch without gradients, in micro-batches: [B, Lc].
+
+    `passes`: run at least this many forward passes, padding with passes over a one-token filler
+    batch whose output is dropped (the FSDP learner: every rank must run as many passes as the
+    rank with the most, since each pass all-gathers the parameters).
+    """
     out = torch.zeros(batch.loss_mask.shape, dtype=torch.float32, device=batch.completion_ids.device)
-    for idx in micro_batches(torch.arange(len(batch), device=out.device), micro_batch_size):
+    chunks = micro_batches(torch.arange(len(batch), device=out.device), micro_batch_size) if len(batch) else []
+    for idx in chunks:
         mb = batch.select(idx)
         logp, _ = policy_forward(model, mb, temperature=temperature, bf16=bf16, share_prefix=share_prefix)
         out[idx, : logp.shape[1]] = logp
+    for _ in range(passes - len(chunks)):
+        policy_forward(model, filler_batch(out.device), temperature=temperature, bf16=bf16, share_prefix=share_prefix)
     return out

@@ -10,6 +10,11 @@
 
 The policy is the rollout generator's own model object, updated in place. Every random choice
 of step s is seeded from (trainer.seed, s), so `--resume` continues exactly where a run stopped.
+
+Under torchrun the trainer runs on every rank with `parallel` (rlfactory/train/parallel.py): each
+rank rolls out its share of the rows, `parallel.gather` gives every rank the whole step's
+trajectories (advantages and metrics as in one process), each rank trains on its own rows of the
+sharded policy, and the rollout model (the replica) gets the new weights after the update.
 """
 
 from __future__ import annotations
@@ -34,10 +39,18 @@ from rlfactory.envs.base import Env
 from rlfactory.rewards.base import Reward, score_all
 from rlfactory.rollout.build import pad_id_of
 from rlfactory.run_state import write_run_state
+from rlfactory.rollout.engine import group_names
 from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.trajectory import Trajectory
-from rlfactory.train.batch import collate
-from rlfactory.train.checkpoint import CheckpointMeta, latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
+from rlfactory.train.batch import collate, empty_batch, loss_tokens
+from rlfactory.train.checkpoint import (
+    CheckpointMeta,
+    latest_checkpoint,
+    load_checkpoint,
+    read_meta,
+    save_checkpoint,
+    set_rng_state,
+)
 from rlfactory.train.config import RunConfig
 from rlfactory.train.critic import Critic
 from rlfactory.train.data import PromptSampler, derive_seed, pin_threads, seed_everything, step_generator
@@ -52,6 +65,7 @@ from rlfactory.train.model import (
     make_optimizer,
     make_scheduler,
 )
+from rlfactory.train.parallel import Parallel, RowLayout, SingleProcess
 from rlfactory.train.runlog import RunLog
 from rlfactory.train.update import PolicyUpdate, UpdateData
 from rlfactory.train.weight_sync import make_weight_sync
@@ -67,8 +81,10 @@ class Trainer:
     with every checkpoint.
     """
 
-    def __init__(self, cfg: RunConfig, session: Any, reward: Any, train_rows: list[dict], test_rows: list[dict] | None = None) -> None:
+    def __init__(self, cfg: RunConfig, session: Any, reward: Any, train_rows: list[dict], test_rows: list[dict] | None = None,
+                 parallel: Parallel | None = None) -> None:
         self.cfg = cfg
+        self.parallel = parallel if parallel is not None else SingleProcess()
         self.session = session
         self.engine = session.engine
         self.reward = reward
@@ -86,7 +102,10 @@ class Trainer:
             base.gradient_checkpointing_enable()
         # The reference is taken from the freshly loaded weights, before any checkpoint is loaded.
         self.reference = ReferencePolicy(base, lora=False) if algo.kl_coef > 0 and tr.lora is None else None
-        self.policy = apply_lora(base, tr.lora) if tr.lora is not None else base
+        if self.reference is not None and self.reference.copy is not None:
+            self.reference.copy = self.parallel.wrap_frozen(self.reference.copy)
+        self.replica = base  # the rollout model; the trained policy itself in one process
+        self.policy = apply_lora(base, tr.lora) if tr.lora is not None else self.parallel.wrap_policy(base)
         if algo.kl_coef > 0 and tr.lora is not None:
             self.reference = ReferencePolicy(self.policy, lora=True)
         self.critic = Critic(self.policy).to(self.device) if advantage_kind(algo.advantage) == "token" else None
@@ -98,7 +117,7 @@ class Trainer:
         self.update = PolicyUpdate(
             self.policy, self.optimizer, self.scheduler, algo, max_grad_norm=tr.max_grad_norm, bf16=tr.bf16,
             temperature=self.temperature, norm_constant=float(cfg.rollout.max_total_tokens), critic=self.critic,
-            share_prefix=not tr.gradient_checkpointing,
+            share_prefix=not tr.gradient_checkpointing, parallel=self.parallel,
         )
         self.sampler = PromptSampler(train_rows, tr.prompts_per_step, tr.seed)
         self.step_done = 0
@@ -114,15 +133,21 @@ class Trainer:
         seed_everything(derive_seed(cfg.trainer.seed, step, "global"))
         self._reseed_generation(derive_seed(cfg.trainer.seed, step, "sampling"))
         synced = await self.weight_sync.ensure(self.policy, self.version) if self.weight_sync else {}
-        rows = self.sampler.rows_for(step - 1)
-        # Each row's draws are seeded on their own, so a trajectory does not depend on the batch
-        # it is generated in (the same whether one engine or several Ray workers roll the step out).
-        seeds = [derive_seed(cfg.trainer.seed, step, "sampling", i) for i in range(len(rows))]
-        trajs = await self.engine.run(rows, algo.group_size, policy_version=self.version, seeds=seeds)
+        all_rows = self.sampler.rows_for(step - 1)
+        # Each row's draws are seeded on their own (by its place in the whole step), so a trajectory
+        # does not depend on the batch it is generated in: the same in one engine, on Ray workers,
+        # or on the ranks of the FSDP learner, each rolling out its share.
+        seeds = [derive_seed(cfg.trainer.seed, step, "sampling", i) for i in range(len(all_rows))]
+        local = await self.engine.run(self.parallel.share(all_rows), algo.group_size, policy_version=self.version,
+                                      seeds=self.parallel.share(seeds))
+        if self.parallel.world_size > 1:  # name groups and ids as one process would (unique over ranks)
+            _rename_groups(local, self.parallel.share(group_names(all_rows)), algo.group_size)
         t_gen = time.perf_counter() - t0
-        await self._score(trajs)
+        await self._score(local)
         t_score = time.perf_counter() - t0 - t_gen
 
+        trajs = self.parallel.gather(local)  # the whole step's, in one process's order
+        owners = torch.tensor(self.parallel.gather([self.parallel.rank] * len(local)), dtype=torch.long)
         metrics = trajectory_metrics(trajs)
         rewards, groups, valid = _reward_tensors(trajs)
         has_tokens = torch.tensor([any(t.loss_mask) for t in trajs], dtype=torch.bool)
@@ -134,7 +159,10 @@ class Trainer:
         gen_tokens = sum(sum(t.loss_mask) for t in trajs)
         t1 = time.perf_counter()
         if keep.any():
-            metrics.update(self._learn(step, trajs, rewards, groups, valid, keep))
+            metrics.update(self._learn(step, trajs, owners, rewards, groups, valid, keep))
+            self.parallel.sync_replica(self.policy, self.replica)
+            if self.parallel.world_size > 1 and self.cfg.trainer.log_trajectories:
+                trajs = self.parallel.gather(local)  # with the annotations the update wrote on each rank's own
         t_train = time.perf_counter() - t1
         self.version += 1
         if self.weight_sync is not None:
@@ -152,16 +180,24 @@ class Trainer:
         })
         return metrics, trajs
 
-    def _learn(self, step: int, trajs: list[Trajectory], rewards: torch.Tensor, groups: torch.Tensor,
-               valid: torch.Tensor, keep: torch.Tensor) -> dict[str, float]:
-        """Advantages, old/ref logprobs and the update for the kept trajectories."""
+    def _learn(self, step: int, trajs: list[Trajectory], owners: torch.Tensor, rewards: torch.Tensor,
+               groups: torch.Tensor, valid: torch.Tensor, keep: torch.Tensor) -> dict[str, float]:
+        """Advantages, old/ref logprobs and the update for the kept trajectories.
+
+        `trajs` [B] are the whole step's, `owners` [B] the rank that rolled each out; this rank
+        trains on its own kept rows (all of them in one process)."""
         algo, tr = self.cfg.algo, self.cfg.trainer
         idx = torch.nonzero(keep).squeeze(-1)
-        batch = collate([trajs[i] for i in idx.tolist()], self.pad_id).to(self.device)
+        own = owners[idx] == self.parallel.rank
+        mine = [trajs[i] for i in idx[own].tolist()]
+        batch = collate(mine, self.pad_id).to(self.device) if mine else empty_batch(self.device)
+        layout = RowLayout(owners[idx], torch.tensor([float(loss_tokens(trajs[i])) for i in idx.tolist()]),
+                           self.parallel.rank, self.parallel.world_size)
         out: dict[str, float] = {}
         micro = algo.micro_batch_size
-        fwd = dict(temperature=self.temperature, bf16=tr.bf16, share_prefix=not tr.gradient_checkpointing)
-        old_logp = None if self.update.single_pass(len(batch)) else batched_logprobs(self.policy, batch, micro, **fwd)
+        passes = layout.passes(torch.arange(len(layout)), micro) if self.parallel.world_size > 1 else 0
+        fwd = dict(temperature=self.temperature, bf16=tr.bf16, share_prefix=not tr.gradient_checkpointing, passes=passes)
+        old_logp = None if self.update.single_pass(len(layout)) else batched_logprobs(self.policy, batch, micro, **fwd)
         ref_logp = self.reference.logprobs(batch, micro, **fwd) if self.reference is not None else None
         data = UpdateData(batch, advantages=torch.zeros(0), old_logp=old_logp, ref_logp=ref_logp)
         if self.critic is not None:
@@ -171,14 +207,18 @@ class Trainer:
             out.update(tensor_stats("adv", data.advantages, batch.loss_mask))
         else:
             fn = get_advantage(algo.advantage)
-            data.advantages = fn(rewards, groups, valid)[idx].to(self.device)
-            out.update(tensor_stats("adv", data.advantages))
-        metrics, logp_before = self.update(data, step_generator(tr.seed, step, "minibatch"))
-        annotate_trajectories([trajs[i] for i in idx.tolist()], logp_before, data.advantages)
+            advantages = fn(rewards, groups, valid)[idx]
+            data.advantages = advantages[own].to(self.device)
+            out.update(tensor_stats("adv", advantages))
+        metrics, logp_before = self.update(data, step_generator(tr.seed, step, "minibatch"), layout)
+        annotate_trajectories(mine, logp_before, data.advantages)
         out.update(metrics)
-        out.update(logprob_mismatch(logp_before, batch.sampler_logprobs, batch.loss_mask))
-        out["batch/tokens"] = float(batch.num_tokens())
-        out["_train_tokens"] = float(batch.num_tokens() * algo.epochs)
+        sel = batch.loss_mask.bool()
+        parts = self.parallel.gather([(logp_before[sel].cpu(), batch.sampler_logprobs[sel].cpu(), batch.num_tokens())])
+        train_logp, sampler_logp = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        out.update(logprob_mismatch(train_logp, sampler_logp, torch.ones_like(train_logp)))
+        out["batch/tokens"] = float(sum(p[2] for p in parts))
+        out["_train_tokens"] = out["batch/tokens"] * algo.epochs
         return out
 
     async def _score(self, trajs: list[Trajectory]) -> None:
@@ -196,27 +236,30 @@ class Trainer:
 
     # ---- the run ----------------------------------------------------------------------------
 
-    async def run(self, log: RunLog) -> list[dict[str, float]]:
+    async def run(self, log: RunLog | None) -> list[dict[str, float]]:
         """Steps from the last completed one to trainer.steps, with logging, checkpoints, evals.
+
+        `log` is None on the ranks other than 0 of the FSDP learner (rank 0 writes the logs).
 
         Resumed at a step whose evaluation was due but never logged (the run was killed during
         it, after the step's checkpoint was written), that evaluation runs first.
         """
         tr = self.cfg.trainer
         history = []
-        if self._eval_due(self.step_done) and not log.has_eval(self.step_done):
+        if self._eval_due(self.step_done) and log is not None and not log.has_eval(self.step_done):
             await self._evaluate_and_log(log)
-        bar = _progress(tr.steps, self.step_done, enabled=tr.progress)
+        bar = _progress(tr.steps, self.step_done, enabled=tr.progress and self.parallel.is_main)
         try:
             for step in range(self.step_done + 1, tr.steps + 1):
                 metrics, trajs = await self.step(step)
-                log.log(step, metrics)
-                if tr.log_trajectories:
-                    log.trajectories(step, trajs)
+                if log is not None:
+                    log.log(step, metrics)
+                    if tr.log_trajectories:
+                        log.trajectories(step, trajs)
                 history.append(metrics)
                 if step == tr.steps or (tr.save_every > 0 and step % tr.save_every == 0):
                     self.save()
-                if self._eval_due(step):
+                if self._eval_due(step) and log is not None:
                     await self._evaluate_and_log(log)
                 if bar is not None:
                     bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['accuracy']:.2f}",
@@ -228,8 +271,9 @@ class Trainer:
         return history
 
     def _eval_due(self, step: int) -> bool:
+        """Rank 0 evaluates (on the whole test split, with its full rollout model); the others go on."""
         every = self.cfg.trainer.eval_every
-        return every > 0 and step > 0 and step % every == 0 and bool(self.test_rows)
+        return every > 0 and step > 0 and step % every == 0 and bool(self.test_rows) and self.parallel.is_main
 
     async def _evaluate_and_log(self, log: RunLog) -> None:
         report = await self.evaluate()
@@ -244,28 +288,42 @@ class Trainer:
     # ---- checkpoints ------------------------------------------------------------------------
 
     def save(self) -> Path:
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        """Write the checkpoint of the last completed step (every rank calls it under torchrun)."""
+        state = {"scheduler": self.scheduler.state_dict()}
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
         meta = CheckpointMeta(
             step=self.step_done, policy_version=self.version, data_position=self.sampler.position(self.step_done),
             seed=self.cfg.trainer.seed, lora=self.cfg.trainer.lora is not None,
         )
-        return save_checkpoint(self.cfg.trainer.run_dir, meta, self.policy, self.tokenizer, state, self.cfg.trainer.keep_last)
+        tr = self.cfg.trainer
+        if self.parallel.sharded:
+            return self.parallel.save_checkpoint(tr.run_dir, meta, self.policy, self.replica, self.tokenizer,
+                                                 self.optimizer, state, tr.keep_last)
+        state["optimizer"] = self.optimizer.state_dict()
+        return save_checkpoint(tr.run_dir, meta, self.policy, self.tokenizer, state, tr.keep_last)
 
     def restore(self, path: str | Path) -> None:
         """Continue from checkpoint folder `path` (weights, optimizer, scheduler, RNG, position)."""
-        meta, state = load_checkpoint(path)
+        meta = read_meta(path)
         if meta.lora != (self.cfg.trainer.lora is not None):
             raise ValueError(f"checkpoint {path} was {'' if meta.lora else 'not '}trained with LoRA; the config disagrees")
         if meta.data_position != self.sampler.position(meta.step):
             raise ValueError(f"checkpoint {path}: data position {meta.data_position} does not match "
                              f"trainer.prompts_per_step={self.cfg.trainer.prompts_per_step}")
-        if meta.lora:
-            load_lora_weights(self.policy, Path(path) / "model")
+        if meta.sharded != self.parallel.sharded:
+            how = "under torchrun (rlfactory train CONFIG --resume --nproc N)" if meta.sharded else "in one process"
+            raise ValueError(f"checkpoint {path} was written by {'the FSDP learner' if meta.sharded else 'one process'}; "
+                             f"resume it {how}")
+        if self.parallel.sharded:
+            meta, state = self.parallel.load_checkpoint(path, self.policy, self.replica, self.optimizer)
         else:
-            load_full_weights(self.policy, Path(path) / "model")
-        self.optimizer.load_state_dict(state["optimizer"])
+            meta, state = load_checkpoint(path)
+            if meta.lora:
+                load_lora_weights(self.policy, Path(path) / "model")
+            else:
+                load_full_weights(self.policy, Path(path) / "model")
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.critic is not None and "critic" in state:
             self.critic.load_state_dict(state["critic"])
@@ -285,6 +343,14 @@ def _reward_tensors(trajs: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor
     groups = torch.tensor([numbers.setdefault(t.group, len(numbers)) for t in trajs], dtype=torch.long)
     valid = torch.tensor([t.reward is not None for t in trajs], dtype=torch.bool)
     return rewards, groups, valid
+
+
+def _rename_groups(trajs: list[Trajectory], names: list[str], group_size: int) -> None:
+    """Give a rank's row-major trajectories their groups' names in the whole step (`names`, one
+    per row of this rank's share) and ids `<group>-<k>`, as one process's engine would."""
+    for i, t in enumerate(trajs):
+        t.group = names[i // group_size]
+        t.id = f"{t.group}-{i % group_size}"
 
 
 def _progress(total: int, initial: int, enabled: bool):
@@ -320,43 +386,51 @@ def load_env_data(env: Env, split: str) -> list[dict]:
         return []
 
 
-async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None) -> list[dict[str, float]]:
+async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
+                parallel: Parallel | None = None) -> list[dict[str, float]]:
     """`rlfactory train`: run (or continue) the configured training; returns the new steps' metrics.
 
     The env, tools, reward and data are checked (rlfactory/rollout/prepare.py) before the run
     directory is written to. `open_session(cfg, **checks)` opens the rollout session (default:
     rlfactory.rollout.build.open_rollout, everything in this process; `rlfactory train` passes
-    rlfactory.distributed.open_ray_rollout for `trainer.backend: ray`)."""
+    rlfactory.distributed.open_ray_rollout for `trainer.backend: ray`). `parallel`: this process's
+    rank of the FSDP learner under torchrun (every rank calls this; rank 0 writes the run
+    directory's files); default one process."""
     from rlfactory.rollout.build import open_rollout
 
+    parallel = parallel if parallel is not None else SingleProcess()
     pin_threads()
     if open_session is None and cfg.trainer.backend != "local":
         raise ValueError(f"trainer.backend {cfg.trainer.backend!r} needs its session opener "
                          "(rlfactory train passes rlfactory.distributed.open_ray_rollout)")
     run_dir, ckpt = check_run_dir(cfg, resume)
+    main = parallel.is_main
     splits = ("train", "test") if cfg.trainer.eval_every else ("train",)
     async with (open_session or open_rollout)(cfg, reward_mode="required", check_splits=splits) as session:
         env, reward = session.env, session.reward
         train_rows = load_env_data(env, "train")
         test_rows = load_env_data(env, "test") if cfg.trainer.eval_every else None
-        write_run_config(cfg, run_dir)
-        if resume and ckpt is None:
-            print(f"rlfactory train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
-        trainer = Trainer(cfg, session, reward, train_rows, test_rows)
+        if main:
+            write_run_config(cfg, run_dir)
+            if resume and ckpt is None:
+                print(f"rlfactory train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
+        trainer = Trainer(cfg, session, reward, train_rows, test_rows, parallel=parallel)
         if ckpt is not None:
             trainer.restore(ckpt)
-        log = RunLog(run_dir, resume_step=trainer.step_done if ckpt is not None else None)
-        write_run_state(run_dir, "running")
+        log = RunLog(run_dir, resume_step=trainer.step_done if ckpt is not None else None) if main else None
+        state = write_run_state if main else (lambda *args: None)
+        state(run_dir, "running")
         try:
             history = await trainer.run(log)
         except (KeyboardInterrupt, asyncio.CancelledError):
-            write_run_state(run_dir, "stopped", f"interrupted at step {trainer.step_done} of {cfg.trainer.steps}")
+            state(run_dir, "stopped", f"interrupted at step {trainer.step_done} of {cfg.trainer.steps}")
             raise
         except BaseException as e:
-            write_run_state(run_dir, "failed", f"{type(e).__name__}: {e}"[:500])
+            state(run_dir, "failed", f"{type(e).__name__}: {e}"[:500])
             raise
         finally:
-            log.close()
+            if log is not None:
+                log.close()
         done = trainer.step_done >= cfg.trainer.steps
-        write_run_state(run_dir, "finished" if done else "stopped", f"step {trainer.step_done} of {cfg.trainer.steps}")
+        state(run_dir, "finished" if done else "stopped", f"step {trainer.step_done} of {cfg.trainer.steps}")
         return history

@@ -73,7 +73,8 @@ class ReferencePolicy:
                 p.requires_grad_(False)
 
     def logprobs(self, batch: TrainBatch, micro_batch_size: int | None, **forward: Any) -> torch.Tensor:
-        """Reference logprob of each completion token: [B, Lc]. `forward`: batched_logprobs options."""
+        """Reference logprob of each completion token: [B, Lc]. `forward`: batched_logprobs options.
+        Under the FSDP learner `copy` is a sharded PolicyModule (Trainer replaces it)."""
         if self.copy is not None:
             return batched_logprobs(self.copy, batch, micro_batch_size, **forward)
         with self.policy.disable_adapter():

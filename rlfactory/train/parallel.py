@@ -1,0 +1,138 @@
+"""What the trainer asks of the processes it runs in: one (`SingleProcess`, the default) or the
+ranks of the FSDP2 learner under torchrun (rlfactory.distributed.fsdp.FsdpLearner).
+
+The trainer's step reads the same for both. Each rank rolls out its share of the step's prompts
+(whole groups), `gather` hands every rank all trajectories of the step in the single-process
+order, so advantages and metrics are computed over the whole batch exactly as in one process,
+and each rank then trains on its own rows: `RowLayout` says where each row of the update lives,
+so that every rank forms the same minibatches and divides by the same global token counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence, TypeVar
+
+import torch
+from torch import nn
+
+T = TypeVar("T")
+
+
+class Parallel(Protocol):
+    rank: int
+    world_size: int
+    sharded: bool
+    """True for the FSDP learner: the trainer then saves and loads checkpoints through
+    `save_checkpoint(run_dir, meta, learner, replica, tokenizer, optimizer, trainer_state, keep_last)`
+    and `load_checkpoint(path, learner, replica, optimizer) -> (meta, trainer_state)`."""
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes logs and the checkpoint's main files (rank 0)."""
+        ...
+
+    def share(self, items: Sequence[T]) -> list[T]:
+        """This rank's contiguous share of `items` (a step's prompts)."""
+        ...
+
+    def gather(self, items: list[T]) -> list[T]:
+        """Every rank's `items`, concatenated in rank order (on every rank). This rank's own items
+        are the objects it passed in, not copies."""
+        ...
+
+    def wrap_policy(self, model: nn.Module) -> nn.Module:
+        """The module the optimizer trains: `model` itself, or a sharded copy of it."""
+        ...
+
+    def wrap_frozen(self, model: nn.Module) -> nn.Module:
+        """A frozen module (the KL reference) as the learner holds it: itself, or a sharded copy."""
+        ...
+
+    def sync_replica(self, learner: nn.Module, replica: nn.Module) -> None:
+        """Make `replica` (the rollout model) hold the learner's weights after an update."""
+        ...
+
+    def barrier(self) -> None:
+        ...
+
+
+class SingleProcess:
+    """One process: every share is everything, nothing is copied or sharded."""
+
+    rank = 0
+    world_size = 1
+    is_main = True
+    sharded = False
+
+    def share(self, items: Sequence[T]) -> list[T]:
+        return list(items)
+
+    def gather(self, items: list[T]) -> list[T]:
+        return items
+
+    def wrap_policy(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def wrap_frozen(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def sync_replica(self, learner: nn.Module, replica: nn.Module) -> None:
+        return None
+
+    def barrier(self) -> None:
+        return None
+
+
+@dataclass
+class RowLayout:
+    """The rows of one update across ranks, in global (single-process) order.
+
+    Rank r trains on the rows it owns; row n of the global order is row `local_index[n]` of its
+    owner's batch (each rank's rows keep their global order).
+    """
+
+    owner: torch.Tensor
+    """[N] long: the rank holding row n."""
+    tokens: torch.Tensor
+    """[N] float: loss tokens of row n (the global normaliser of token-mean losses)."""
+    rank: int = 0
+    world_size: int = 1
+
+    def __post_init__(self) -> None:
+        self.local_index = torch.zeros_like(self.owner)
+        for r in range(self.world_size):
+            mine = self.owner == r
+            self.local_index[mine] = torch.arange(int(mine.sum()))
+
+    @classmethod
+    def single(cls, loss_mask: torch.Tensor) -> "RowLayout":
+        """Every row on rank 0 (one process); `loss_mask` [B, Lc]."""
+        return cls(torch.zeros(loss_mask.shape[0], dtype=torch.long), loss_mask.sum(-1).float().cpu())
+
+    def __len__(self) -> int:
+        return int(self.owner.shape[0])
+
+    def rows_of(self, positions: torch.Tensor, rank: int | None = None) -> torch.Tensor:
+        """Local row indices (on `rank`, default this one) of global rows `positions`, in order."""
+        positions = positions.cpu()
+        rank = self.rank if rank is None else rank
+        return self.local_index[positions[self.owner[positions] == rank]]
+
+    def passes(self, positions: torch.Tensor, micro_batch_size: int | None) -> int:
+        """Micro-batch passes the busiest rank makes over global rows `positions`."""
+        counts = [len(self.rows_of(positions, r)) for r in range(self.world_size)]
+        size = micro_batch_size or max(max(counts), 1)
+        return max(-(-c // size) for c in counts)
+
+
+def reduce_weighted(parts: list[tuple[dict[str, float], dict[str, float]]]) -> dict[str, float]:
+    """Weighted means of per-rank (sums, weights) metric dicts: sum of sums / sum of weights."""
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for s, w in parts:
+        for k, v in s.items():
+            sums[k] = sums.get(k, 0.0) + v
+            weights[k] = weights.get(k, 0.0) + w[k]
+    return {k: sums[k] / max(weights[k], 1e-12) for k in sums}
+
