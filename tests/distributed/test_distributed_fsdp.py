@@ -61,6 +61,12 @@ def test_fsdp_training_logs_once_checkpoints_sharded_and_resumes_exactly(tmp_pat
     assert [fsdp_launch.comparable(r) for r in resumed] == [fsdp_launch.comparable(r) for r in records]
     assert records[1]["optim/updates"] == 1.0 and records[1]["mismatch/abs_diff"] < 1e-5  # the replica got the update
 
+    # One process on the same config logs the same step: each row's draws are seeded by its place
+    # in the step, so the ranks' shares sample what one process samples; the update agrees to float rounding.
+    assert main(["train", EXAMPLE, *SMALL, "trainer.steps=1", f"trainer.run_dir={tmp_path / 'single'}"]) == 0
+    (single,) = fsdp_launch.metrics(tmp_path / "single")
+    assert fsdp_launch.comparable(records[0]) == pytest.approx(fsdp_launch.comparable(single), rel=1e-4, abs=1e-6)
+
     # A sharded checkpoint cannot be continued by one process: one line saying how to resume it.
     with pytest.raises(ValueError, match=r"written by the FSDP learner; resume it under torchrun"):
         main(["train", EXAMPLE, *split, "trainer.steps=3", "--resume"])
