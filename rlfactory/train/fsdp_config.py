@@ -12,9 +12,11 @@ from rlfactory.config import Section
 
 
 class FsdpConfig(Section):
-    """The FSDP2 learner under torchrun: each rank rolls out its share of the step's prompts, the
-    policy's parameters, gradients and optimizer state are sharded over the ranks (`fully_shard`
-    per decoder layer plus the rest), rank 0 writes logs and the checkpoint's model folder."""
+    """The FSDP2 learner, used under torchrun (`rlfactory train CONFIG --nproc N`); ignored in one process.
+
+    Each rank rolls out its share of the step's prompts; the policy's parameters, gradients and
+    optimizer state are sharded over the ranks (`fully_shard` per decoder layer plus the rest);
+    rank 0 writes the logs and the checkpoint's model folder."""
 
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     """torch.distributed backend: auto = nccl when CUDA is available (one GPU per rank, by
