@@ -9,7 +9,6 @@ trajectory (out of the loss), row lengths differ, so ranks run different numbers
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 from pathlib import Path
