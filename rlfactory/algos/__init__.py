@@ -31,6 +31,7 @@ from rlfactory.algos.losses import (
     ppo_clip_loss,
     register_policy_loss,
     resolve_policy_loss,
+    truncated_is_weights,
     value_loss,
 )
 from rlfactory.algos.utils import (
@@ -68,6 +69,7 @@ __all__ = [
     "register_advantage",
     "register_policy_loss",
     "reinforce_pp_baseline_advantages",
+    "truncated_is_weights",
     "resolve_advantage",
     "resolve_policy_loss",
     "rloo_advantages",

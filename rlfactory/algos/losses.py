@@ -3,12 +3,18 @@
 Every policy loss has the signature
 
     fn(logp [B,T], old_logp [B,T], advantages [B] or [B,T], mask [B,T], *, clip_low, clip_high,
-       dual_clip, agg, norm_constant) -> (loss: scalar Tensor, metrics: dict[str, float])
+       dual_clip, agg, norm_constant[, is_weights]) -> (loss: scalar Tensor, metrics: dict[str, float])
 
 `logp` carries the gradient (the current policy), `old_logp` is the policy that sampled the
 tokens (the sampler's logprobs, or a recomputation under the same weights), `mask` is 1 on the
 model's own tokens. Metrics always hold `clipfrac`, `approx_kl` (k1 of old vs current, a mean
 over set tokens) and `ratio_mean`. Losses are to be minimised.
+
+Off-policy data (asynchronous training, trainer.max_staleness >= 1): `old_logp` is then the
+proximal policy (the trainer's recomputation under the weights being trained) and the trainer
+passes `is_weights` [B,T] = `truncated_is_weights(old_logp, behavior_logp, cap)`, a detached
+per-token weight that multiplies the per-token loss before aggregation (decoupled PPO). A loss of
+your own must accept `is_weights` to be used with max_staleness >= 1; it is not passed otherwise.
 """
 
 from __future__ import annotations
@@ -70,6 +76,32 @@ def _token_advantages(advantages: Tensor, mask: Tensor) -> Tensor:
     return advantages.expand_as(mask).to(torch.float32)
 
 
+def truncated_is_weights(old_logp: Tensor, behavior_logp: Tensor, cap: float) -> Tensor:
+    """Per-token behaviour importance weights min(pi_old / pi_behaviour, cap), without gradient.
+
+    old_logp [B,T]: the proximal policy (the trainer's recomputation before the update);
+    behavior_logp [B,T]: the sampler's logprobs (the policy version that generated each token).
+    This is verl's truncated importance sampling (`tis_imp_ratio_cap`, core_algos.py
+    `compute_policy_loss_vanilla`: `clamp(exp(old_log_prob - rollout_log_probs), max=cap)`) and
+    the behaviour weight of AReaL's decoupled PPO loss (`ppo_actor_loss_fn`: pi_prox / pi_behave),
+    except that AReaL masks tokens whose weight exceeds its `behav_imp_weight_cap` where this
+    truncates them to the cap. Returns [B,T] float32 (positions outside the loss mask are
+    meaningless; the loss masks them).
+    """
+    if cap <= 0:
+        raise ValueError(f"the importance-weight cap must be > 0, got {cap}")
+    log_w = (old_logp.detach().float() - behavior_logp.detach().float()).clamp(-20.0, 20.0)
+    return torch.exp(log_w).clamp(max=cap)
+
+
+def _weighted(loss: Tensor, is_weights: Tensor | None) -> Tensor:
+    if is_weights is None:
+        return loss
+    if is_weights.shape != loss.shape:
+        raise ValueError(f"is_weights must be [B, T] like logp; got {tuple(is_weights.shape)} for {tuple(loss.shape)}")
+    return loss * is_weights.detach().to(loss.dtype)
+
+
 def _check(logp: Tensor, old_logp: Tensor, mask: Tensor) -> None:
     if not (logp.shape == old_logp.shape == mask.shape) or logp.dim() != 2:
         raise ValueError(f"logp, old_logp, mask must all be [B, T]; got {logp.shape}, {old_logp.shape}, {mask.shape}")
@@ -87,6 +119,7 @@ def ppo_clip_loss(
     dual_clip: float | None = None,
     agg: str = "token-mean",
     norm_constant: float | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate with a token-level ratio r = exp(logp - old_logp).
 
@@ -95,7 +128,8 @@ def ppo_clip_loss(
     additionally bounds the loss of negative-advantage tokens by -A c (dual-clip PPO).
     Shapes: logp, old_logp, mask [B, T]; advantages [B] or [B, T]. Metrics: clipfrac (tokens
     where the clipped branch is taken), clipfrac_lower (tokens bounded by the dual clip),
-    approx_kl, ratio_mean.
+    approx_kl, ratio_mean. `is_weights` [B, T] (off-policy data, see the module doc) multiplies
+    each token's loss: the decoupled PPO objective -w A min(r, clip(r)) with r against `old_logp`.
     """
     _check(logp, old_logp, mask)
     clip_high = clip_low if clip_high is None else clip_high
@@ -115,7 +149,7 @@ def ppo_clip_loss(
         metrics["clipfrac_lower"] = float(masked_mean(lower.float(), mask))
     metrics["approx_kl"] = float(masked_mean(-log_ratio.detach(), mask))
     metrics["ratio_mean"] = float(masked_mean(ratio.detach(), mask))
-    return agg_loss(loss, mask, agg, norm_constant), metrics
+    return agg_loss(_weighted(loss, is_weights), mask, agg, norm_constant), metrics
 
 
 @register_policy_loss("gspo")
@@ -130,6 +164,7 @@ def gspo_loss(
     dual_clip: float | None = None,
     agg: str = "seq-mean-token-mean",
     norm_constant: float | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """GSPO: a sequence-level ratio s = exp(mean over set tokens of (logp - old_logp)).
 
@@ -137,7 +172,8 @@ def gspo_loss(
     the value s (so clipping is decided per sequence) with the gradient of its own logp, i.e.
     s_t = sg[s] * exp(logp_t - sg[logp_t]); with a per-sequence advantage this equals GSPO.
     The clip range is small (paper: 3e-4 / 4e-4). `dual_clip` is not used. Default aggregation
-    `seq-mean-token-mean` (the paper's 1/|y| per sequence). Shapes as `ppo_clip_loss`.
+    `seq-mean-token-mean` (the paper's 1/|y| per sequence). Shapes and `is_weights` as
+    `ppo_clip_loss` (the weight multiplies each token's loss).
     """
     _check(logp, old_logp, mask)
     del dual_clip
@@ -156,7 +192,7 @@ def gspo_loss(
         "approx_kl": float(masked_mean(-log_ratio.detach(), mask)),
         "ratio_mean": float(masked_mean(s.detach(), mask)),
     }
-    return agg_loss(loss, mask, agg, norm_constant), metrics
+    return agg_loss(_weighted(loss, is_weights), mask, agg, norm_constant), metrics
 
 
 def value_loss(

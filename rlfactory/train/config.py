@@ -70,6 +70,13 @@ class AlgoConfig(Section):
     """gae: weight of the critic's value loss."""
     value_clip: float = 0.2
     """gae: clip range of the critic's value update."""
+    tis_cap: float | None = 2.0
+    """Asynchronous training (trainer.max_staleness >= 1): each token's policy loss is weighted by
+    min(pi_old / pi_behaviour, tis_cap), where pi_behaviour is the sampler's logprob (the policy
+    version that generated the token) and pi_old the trainer's recomputation before the update,
+    against which the PPO ratio is taken (decoupled PPO / truncated importance sampling: verl's
+    `tis_imp_ratio_cap`, AReaL's `behav_imp_weight_cap`). null = no weight (the ratio alone).
+    Unused when max_staleness is 0."""
 
     @field_validator("advantage", "loss")
     @classmethod
@@ -90,6 +97,8 @@ class AlgoConfig(Section):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"algo.{name} must be >= 1")
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ValueError("algo.tis_cap must be > 0 (or null for no importance weight)")
         return self
 
 
@@ -147,6 +156,14 @@ class TrainerConfig(Section):
     """local: roll out and learn in this process. ray: the learner stays in this process, rollout
     workers and MCP tool servers run as Ray actors (settings in the `ray:` section; needs
     `pip install 'rlfactory[ray]'`)."""
+    max_staleness: int = 0
+    """Asynchronous, off-policy training: how many policy versions a model segment may be behind
+    the weights it is trained on. 0 = synchronous (each step rolls out with the current weights,
+    then trains). k >= 1: the rollouts of steps s+1..s+k run while step s trains (with the local
+    generator, on a copy of the policy that takes each new version between turns); a trajectory
+    with a model segment more than k versions behind is dropped (`async/dropped_stale`), and the
+    loss corrects for the sampling policy (algo.tis_cap). Rollouts in flight are not checkpointed:
+    `--resume` regenerates them with the restored weights."""
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":
@@ -154,6 +171,8 @@ class TrainerConfig(Section):
             raise ValueError("trainer.steps must be >= 0 and trainer.prompts_per_step >= 1")
         if self.keep_last < 1:
             raise ValueError("trainer.keep_last must be >= 1")
+        if self.max_staleness < 0:
+            raise ValueError("trainer.max_staleness must be >= 0 (0 = synchronous training)")
         return self
 
 

@@ -8,8 +8,11 @@
     update    = epochs x minibatches of clipped policy loss (+ KL, entropy, value loss)
     version  += 1; log metrics and trajectories; checkpoint; evaluate
 
-The policy is the rollout generator's own model object, updated in place. Every random choice
-of step s is seeded from (trainer.seed, s), so `--resume` continues exactly where a run stopped.
+`step` is `learn(roll_out(step))`. The policy is the rollout generator's own model object,
+updated in place. Every random choice of step s is seeded from (trainer.seed, s), so `--resume`
+continues exactly where a run stopped. With trainer.max_staleness >= 1 `run` overlaps the
+rollouts of later steps with each update instead (async_pipeline.py: the generator then samples
+from a copy of the policy, and the loss corrects for the versions that sampled each token).
 
 Under torchrun the trainer runs on every rank with `parallel` (rlfactory/train/parallel.py): each
 rank rolls out its share of the rows, `parallel.gather` gives every rank the whole step's
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from rlfactory.rollout.build import pad_id_of
 from rlfactory.run_state import write_run_state
 from rlfactory.rollout.engine import group_names
 from rlfactory.train.annotate import annotate_trajectories
+from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, is_weight_stats
 from rlfactory.trajectory import Trajectory
 from rlfactory.train.batch import collate, empty_batch, loss_tokens
 from rlfactory.train.checkpoint import (
@@ -69,6 +74,18 @@ from rlfactory.train.parallel import Parallel, RowLayout, SingleProcess
 from rlfactory.train.runlog import RunLog
 from rlfactory.train.update import PolicyUpdate, UpdateData
 from rlfactory.train.weight_sync import make_weight_sync
+
+
+@dataclass
+class StepRollout:
+    """One step's rollout (this rank's share), before scoring."""
+
+    trajs: list[Trajectory]
+    started: float
+    """time.perf_counter() when the step's rollout began."""
+    rollout_s: float
+    synced: dict[str, float]
+    """Metrics of the weight sync done before the rollout (server backend)."""
 
 
 class Trainer:
@@ -128,11 +145,16 @@ class Trainer:
 
     async def step(self, step: int) -> tuple[dict[str, float], list[Trajectory]]:
         """Run training step `step` (1-based); returns (metrics, the step's scored trajectories)."""
+        return await self.learn(step, await self.roll_out(step))
+
+    async def roll_out(self, step: int, sync_weights: bool = True) -> StepRollout:
+        """The rollout of step `step` (this rank's share; rows and seeds derive from
+        (trainer.seed, step)). `sync_weights`: first make sure generators hold the current version."""
         cfg, algo = self.cfg, self.cfg.algo
         t0 = time.perf_counter()
         seed_everything(derive_seed(cfg.trainer.seed, step, "global"))
         self._reseed_generation(derive_seed(cfg.trainer.seed, step, "sampling"))
-        synced = await self.weight_sync.ensure(self.policy, self.version) if self.weight_sync else {}
+        synced = await self.weight_sync.ensure(self.policy, self.version) if self.weight_sync and sync_weights else {}
         all_rows = self.sampler.rows_for(step - 1)
         # Each row's draws are seeded on their own (by its place in the whole step), so a trajectory
         # does not depend on the batch it is generated in: the same in one engine, on Ray workers,
@@ -142,14 +164,29 @@ class Trainer:
                                       seeds=self.parallel.share(seeds))
         if self.parallel.world_size > 1:  # name groups and ids as one process would (unique over ranks)
             _rename_groups(local, self.parallel.share(group_names(all_rows)), algo.group_size)
-        t_gen = time.perf_counter() - t0
+        return StepRollout(local, t0, time.perf_counter() - t0, synced)
+
+    async def learn(self, step: int, rollout: StepRollout, in_thread: bool = False) -> tuple[dict[str, float], list[Trajectory]]:
+        """Score `rollout`, train on the whole step's trajectories (in a worker thread when
+        `in_thread`, so the event loop keeps rolling out meanwhile), bump the version and push it
+        to the generators.
+
+        A trajectory with a model segment more than trainer.max_staleness versions behind the
+        weights being trained is left out of the baseline and the loss (async_pipeline.py)."""
+        cfg, algo = self.cfg, self.cfg.algo
+        local, t0, t_gen = rollout.trajs, rollout.started, rollout.rollout_s
+        t_score0 = time.perf_counter()
         await self._score(local)
-        t_score = time.perf_counter() - t0 - t_gen
+        t_score = time.perf_counter() - t_score0
 
         trajs = self.parallel.gather(local)  # the whole step's, in one process's order
         owners = torch.tensor(self.parallel.gather([self.parallel.rank] * len(local)), dtype=torch.long)
         metrics = trajectory_metrics(trajs)
         rewards, groups, valid = _reward_tensors(trajs)
+        fresh, stale_metrics = fresh_mask(trajs, self.version, cfg.trainer.max_staleness)
+        if cfg.trainer.max_staleness > 0 or not fresh.all():
+            metrics.update(stale_metrics)
+            valid &= fresh
         has_tokens = torch.tensor([any(t.loss_mask) for t in trajs], dtype=torch.bool)
         keep = valid & has_tokens
         if algo.dynamic_sampling:
@@ -159,12 +196,14 @@ class Trainer:
         gen_tokens = sum(sum(t.loss_mask) for t in trajs)
         t1 = time.perf_counter()
         if keep.any():
-            metrics.update(self._learn(step, trajs, owners, rewards, groups, valid, keep))
+            args = (step, trajs, owners, rewards, groups, valid, keep)
+            metrics.update(await asyncio.to_thread(self._learn, *args) if in_thread else self._learn(*args))
             self.parallel.sync_replica(self.policy, self.replica)
             if self.parallel.world_size > 1 and self.cfg.trainer.log_trajectories:
                 trajs = self.parallel.gather(local)  # with the annotations the update wrote on each rank's own
         t_train = time.perf_counter() - t1
         self.version += 1
+        synced = rollout.synced
         if self.weight_sync is not None:
             synced = await self.weight_sync.push(self.policy, self.version)
         metrics.update(synced)
@@ -199,7 +238,8 @@ class Trainer:
         fwd = dict(temperature=self.temperature, bf16=tr.bf16, share_prefix=not tr.gradient_checkpointing, passes=passes)
         old_logp = None if self.update.single_pass(len(layout)) else batched_logprobs(self.policy, batch, micro, **fwd)
         ref_logp = self.reference.logprobs(batch, micro, **fwd) if self.reference is not None else None
-        data = UpdateData(batch, advantages=torch.zeros(0), old_logp=old_logp, ref_logp=ref_logp)
+        is_cap = algo.tis_cap if tr.max_staleness > 0 else None
+        data = UpdateData(batch, advantages=torch.zeros(0), old_logp=old_logp, ref_logp=ref_logp, is_cap=is_cap)
         if self.critic is not None:
             data.old_values = self.critic.values(batch, micro, tr.bf16, fwd["share_prefix"])
             token_rewards = outcome_to_token_rewards(rewards[idx].to(self.device), batch.loss_mask)
@@ -217,6 +257,8 @@ class Trainer:
         parts = self.parallel.gather([(logp_before[sel].cpu(), batch.sampler_logprobs[sel].cpu(), batch.num_tokens())])
         train_logp, sampler_logp = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         out.update(logprob_mismatch(train_logp, sampler_logp, torch.ones_like(train_logp)))
+        if is_cap is not None:
+            out.update(is_weight_stats(train_logp, sampler_logp, torch.ones_like(train_logp), is_cap))
         out["batch/tokens"] = float(sum(p[2] for p in parts))
         out["_train_tokens"] = out["batch/tokens"] * algo.epochs
         return out
@@ -249,9 +291,10 @@ class Trainer:
         if self._eval_due(self.step_done) and log is not None and not log.has_eval(self.step_done):
             await self._evaluate_and_log(log)
         bar = _progress(tr.steps, self.step_done, enabled=tr.progress and self.parallel.is_main)
+        pipeline = AsyncPipeline(self, tr.max_staleness) if tr.max_staleness > 0 else None
         try:
             for step in range(self.step_done + 1, tr.steps + 1):
-                metrics, trajs = await self.step(step)
+                metrics, trajs = await (pipeline.step(step) if pipeline is not None else self.step(step))
                 if log is not None:
                     log.log(step, metrics)
                     if tr.log_trajectories:
@@ -266,6 +309,8 @@ class Trainer:
                                     tok_s=f"{metrics['perf/gen_tokens_per_s']:.0f}", refresh=False)
                     bar.update(1)
         finally:
+            if pipeline is not None:
+                await pipeline.close()
             if bar is not None:
                 bar.close()
         return history
@@ -282,6 +327,8 @@ class Trainer:
     async def evaluate(self) -> dict[str, Any]:
         tr = self.cfg.trainer
         rows = self.test_rows[: tr.eval_limit] if tr.eval_limit else self.test_rows
+        if self.weight_sync is not None:  # e.g. asynchronous training: the generator's copy may lag
+            await self.weight_sync.ensure(self.policy, self.version)
         self._reseed_generation(derive_seed(tr.seed, self.step_done, "eval"))
         return await evaluate(self.engine, self.reward, rows, greedy=True, policy_version=self.version)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from rlfactory.algos.losses import entropy_bonus, get_policy_loss, kl_loss, value_loss
+from rlfactory.algos.losses import entropy_bonus, get_policy_loss, kl_loss, truncated_is_weights, value_loss
 from rlfactory.train.batch import TrainBatch, filler_batch, micro_batches
 from rlfactory.train.config import AlgoConfig
 from rlfactory.train.critic import Critic
@@ -37,6 +37,10 @@ class UpdateData:
     """[B, Lc] critic values before the update (gae)."""
     returns: torch.Tensor | None = None
     """[B, Lc] GAE returns (gae)."""
+    is_cap: float | None = None
+    """Off-policy correction (asynchronous training): each token's loss is weighted by
+    min(pi_old / pi_behaviour, is_cap), pi_behaviour being the sampler's logprobs
+    (`batch.sampler_logprobs`) and pi_old the logprobs before the update; None = no weight."""
 
 
 @dataclass
@@ -169,9 +173,12 @@ class PolicyUpdate:
         else:
             old = data.old_logp[idx, :t]
         adv = data.advantages[idx] if data.advantages.dim() == 1 else data.advantages[idx, :t]
+        extra = {}
+        if data.is_cap is not None:  # decoupled PPO: the ratio against `old`, times the behaviour weight
+            extra["is_weights"] = truncated_is_weights(old, sub.sampler_logprobs, data.is_cap)
         pg, m = policy_loss(
             logp, old, adv, mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
-            agg=algo.loss_agg, norm_constant=self.norm_constant,
+            agg=algo.loss_agg, norm_constant=self.norm_constant, **extra,
         )
         loss = pg
         stats = {"loss/policy": float(pg.detach()), "policy/clipfrac": m["clipfrac"],

@@ -1,0 +1,176 @@
+"""Asynchronous, off-policy training (`trainer.max_staleness: k`): the rollouts of the next k
+steps run while the learner trains the current one.
+
+Step s (1-based) is rolled out once the learner holds version >= s-1-k, i.e. its rollout starts
+when step s-k begins to train, so generation, tool calls and scoring of steps s+1..s+k overlap
+the update of step s (which runs in a worker thread, off the event loop). Where the gain comes
+from: the learner no longer waits for the slowest trajectory of each step (a long tool call), and
+the rollout no longer waits for the update.
+
+Versions. The learner's weights after step s are version s. Generation never reads weights that
+the optimizer is writing:
+  local generator   it samples from its own copy of the policy (`LocalWeightSync`); after each
+                    update the trainable weights are snapshot (while the learner is idle) and
+                    loaded into the copy between turns (rlfactory/rollout/versioned.py), so every
+                    model segment comes from one version and records it.
+  server backend    the weight sync pushes each version after the update, before the next update
+                    starts, and each server reports the version of every turn (weight_sync.py).
+A trajectory whose turns span an update keeps each segment's own version (a partial rollout).
+
+Staleness. Training step s trains version s-1; a model segment sampled by version v is s-1-v
+versions stale. A trajectory is trained on only if every model segment is at most k stale; the
+others are dropped (`async/dropped_stale`; with this schedule that happens only when a generator
+lags, e.g. a server whose weight sync failed). The loss corrects for the sampling policy with the
+sampler's logprobs (algo.tis_cap; rlfactory/algos/losses.py `truncated_is_weights`).
+
+Resume. Checkpoints hold the learner (weights, optimizer, step, RNG), not the rollouts in flight:
+`--resume` discards them and rolls out the next steps again with the restored weights. With k >= 1
+a run is therefore not bit-reproducible across a resume, nor run to run: which version generates
+which turn depends on timing. k = 0 is the synchronous loop, bit for bit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+from torch import nn
+
+from rlfactory.rollout.local import LocalGenerator
+from rlfactory.rollout.versioned import VersionedGenerator
+from rlfactory.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from rlfactory.train.loop import Trainer
+
+
+def staleness_of(traj: Trajectory, version: int) -> int:
+    """How many versions the trajectory's oldest model segment is behind `version` (0 without any
+    model segment; a segment without a recorded version counts as current)."""
+    return max((version - s.policy_version for s in traj.segments
+                if s.role == "model" and s.policy_version is not None), default=0)
+
+
+def fresh_mask(trajs: Sequence[Trajectory], version: int, max_staleness: int) -> tuple[torch.Tensor, dict[str, float]]:
+    """fresh [B] bool (every model segment at most `max_staleness` behind `version`) and metrics:
+    async/dropped_stale (trajectories not fresh), async/staleness_mean and async/staleness_max (over
+    model segments), async/trajs_staleness_<n> (trajectories whose oldest segment is n behind)."""
+    worst = [staleness_of(t, version) for t in trajs]
+    fresh = torch.tensor([w <= max_staleness for w in worst], dtype=torch.bool)
+    segs = [version - s.policy_version for t in trajs for s in t.segments
+            if s.role == "model" and s.policy_version is not None]
+    out = {"async/dropped_stale": float((~fresh).sum()),
+           "async/staleness_mean": sum(segs) / len(segs) if segs else 0.0,
+           "async/staleness_max": float(max(segs, default=0))}
+    for n, count in sorted(Counter(worst).items()):
+        out[f"async/trajs_staleness_{n}"] = float(count)
+    return fresh, out
+
+
+def is_weight_stats(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, cap: float) -> dict[str, float]:
+    """async/is_weight_mean, async/is_weight_max (before truncation) and async/is_clipped_frac
+    (tokens whose weight pi_old / pi_behaviour exceeded `cap`), over mask; shapes [B, T]."""
+    m = mask.bool()
+    if not m.any():
+        return {"async/is_weight_mean": 1.0, "async/is_weight_max": 1.0, "async/is_clipped_frac": 0.0}
+    w = torch.exp((old_logp.detach().float() - sampler_logp.float()).clamp(-20.0, 20.0))[m]
+    return {"async/is_weight_mean": float(w.clamp(max=cap).mean()), "async/is_weight_max": float(w.max()),
+            "async/is_clipped_frac": float((w > cap).float().mean())}
+
+
+class LocalWeightSync:
+    """The local generator's side of asynchronous training: generation runs on a copy of the
+    policy behind a VersionedGenerator; `push` snapshots the trainable weights (call it while the
+    learner is idle) and has the copy load them between turns. Same interface as WeightSync."""
+
+    def __init__(self, generator: LocalGenerator, version: int) -> None:
+        self.source: nn.Module = generator.model
+        self.copy: nn.Module = copy.deepcopy(self.source).eval()
+        self.copy.requires_grad_(False)
+        generator.model = self.copy  # the generator now reads only the copy
+        self.versioned = VersionedGenerator(generator, version)
+        self._pending: list[asyncio.Future] = []
+
+    async def ensure(self, policy: nn.Module, version: int) -> dict[str, float]:
+        """Make sure the generator holds `version` (push it unless it is already on its way);
+        returns once it does. Call it while the learner is idle."""
+        await asyncio.gather(*self._pending)
+        if self.versioned.version == version:
+            return {}
+        metrics = await self.push(policy, version)
+        await asyncio.gather(*self._pending)
+        return metrics
+
+    async def push(self, policy: nn.Module, version: int) -> dict[str, float]:
+        """Snapshot the trainable weights now; the generator loads them once its turns in flight end."""
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            staged = [(dst, src.detach().clone()) for dst, src in zip(self.copy.parameters(), self.source.parameters())
+                      if src.requires_grad]
+
+        def load() -> None:
+            with torch.no_grad():
+                for dst, value in staged:
+                    dst.copy_(value)
+
+        self._pending = [f for f in self._pending if not f.done()]
+        self._pending.append(asyncio.ensure_future(self.versioned.update(load, version)))
+        return {"weight_sync/seconds": time.perf_counter() - t0}
+
+    async def close(self) -> None:
+        for f in self._pending:
+            f.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        self._pending = []
+
+
+class AsyncPipeline:
+    """Runs the trainer's steps with the rollouts of up to `max_staleness` later steps in flight
+    (see the module doc). `step(s)` returns what `Trainer.step(s)` does, plus async/* metrics."""
+
+    def __init__(self, trainer: "Trainer", max_staleness: int) -> None:
+        self.trainer = trainer
+        self.k = int(max_staleness)
+        self.rollouts: dict[int, asyncio.Task] = {}
+        self._synced = False
+        self.local: LocalWeightSync | None = None
+        if self.k > 0:
+            gen = trainer.session.generator
+            if isinstance(gen, LocalGenerator):
+                self.local = LocalWeightSync(gen, trainer.version)
+                trainer.engine.generator = self.local.versioned
+                trainer.weight_sync = self.local
+            elif trainer.weight_sync is None:
+                raise ValueError("trainer.max_staleness >= 1 needs the generators to get each new version: "
+                                 "generator.weight_sync is none")
+
+    async def step(self, step: int) -> tuple[dict[str, float], list[Trajectory]]:
+        t = self.trainer
+        if not self._synced and t.weight_sync is not None:
+            await t.weight_sync.ensure(t.policy, t.version)  # before anything reads the weights concurrently
+        self._synced = True
+        for s in range(step, min(step + self.k, t.cfg.trainer.steps) + 1):
+            if s not in self.rollouts:
+                # k >= 1: no weight sync from the rollout (the learner may be writing the weights)
+                self.rollouts[s] = asyncio.ensure_future(t.roll_out(s, sync_weights=self.k == 0))
+        t0 = time.perf_counter()
+        rollout = await self.rollouts.pop(step)
+        waited = time.perf_counter() - t0
+        metrics, trajs = await t.learn(step, rollout, in_thread=self.k > 0)
+        if self.k > 0:
+            metrics["time/wait_rollout_s"] = waited
+        return metrics, trajs
+
+    async def close(self) -> None:
+        """Cancel the rollouts still in flight (they are not checkpointed; see the module doc)."""
+        tasks = list(self.rollouts.values())
+        self.rollouts.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.local is not None:
+            await self.local.close()
