@@ -69,10 +69,10 @@ __all__ = [
     "register_advantage",
     "register_policy_loss",
     "reinforce_pp_baseline_advantages",
-    "truncated_is_weights",
     "resolve_advantage",
     "resolve_policy_loss",
     "rloo_advantages",
     "token_logprobs",
+    "truncated_is_weights",
     "value_loss",
 ]

@@ -20,6 +20,7 @@ from rlfactory.algos import (
     ppo_clip_loss,
     register_policy_loss,
     token_logprobs,
+    truncated_is_weights,
     value_loss,
 )
 
@@ -204,3 +205,37 @@ def test_token_logprobs_keeps_no_full_float32_copy_for_backward():
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         torch.log_softmax((logits * 1).float(), -1).gather(-1, targets.unsqueeze(-1))
     assert sum(saved) >= 2 * 8 * 100 * 4  # the naive way keeps a float32 copy
+
+
+def test_truncated_is_weights_multiply_each_tokens_loss_hand_computed():
+    # Two tokens, both at ratio 1 against the proximal policy (old == current): the PPO term is
+    # -A per token. The sampler (behaviour policy) had p = 0.25 where the proximal policy has 0.5
+    # (weight 2, truncated to the cap 1.5), and p = 0.5 where it has 0.25 (weight 0.5).
+    old = torch.log(torch.tensor([[0.5, 0.25]]))
+    behaviour = torch.log(torch.tensor([[0.25, 0.5]]))
+    w = truncated_is_weights(old, behaviour, cap=1.5)
+    assert torch.allclose(w, torch.tensor([[1.5, 0.5]]))
+    logp = old.clone().requires_grad_(True)
+    mask = torch.ones(1, 2)
+    loss, m = ppo_clip_loss(logp, old, torch.tensor([2.0]), mask, is_weights=w)
+    assert loss.item() == pytest.approx(-(2.0 * 1.5 + 2.0 * 0.5) / 2)  # token-mean of -A w r
+    loss.backward()
+    assert torch.allclose(logp.grad, torch.tensor([[-2.0 * 1.5 / 2, -2.0 * 0.5 / 2]]))  # d(-A w r)/dlogp = -A w r / N
+    assert m["ratio_mean"] == pytest.approx(1.0)
+    # gspo: the weight multiplies each token's loss too
+    g_loss, _ = gspo_loss(old.clone(), old, torch.tensor([2.0]), mask, is_weights=w)
+    assert g_loss.item() == pytest.approx(-(2.0 * 1.5 + 2.0 * 0.5) / 2)
+    # no weights: the plain PPO loss
+    plain, _ = ppo_clip_loss(old.clone(), old, torch.tensor([2.0]), mask)
+    assert plain.item() == pytest.approx(-2.0)
+    with pytest.raises(ValueError, match="is_weights"):
+        ppo_clip_loss(old.clone(), old, torch.tensor([2.0]), mask, is_weights=torch.ones(2))
+    with pytest.raises(ValueError, match="cap"):
+        truncated_is_weights(old, behaviour, cap=0)
+
+
+def test_is_weights_are_data_not_gradient():
+    old = torch.zeros(1, 3)
+    behaviour = torch.full((1, 3), -0.1, requires_grad=True)
+    w = truncated_is_weights(old, behaviour, cap=10.0)
+    assert not w.requires_grad and torch.allclose(w, torch.full((1, 3), math.exp(0.1)))

@@ -1,0 +1,192 @@
+"""Asynchronous, off-policy training (trainer.max_staleness): staleness 0 is the synchronous
+trainer bit for bit; stale segments are weighted by the behaviour logprobs (decoupled PPO) on
+hand-computed values; trajectories beyond the bound are dropped and counted; a real run with
+max_staleness 1 trains and resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlfactory.cli.main import main
+from rlfactory.config import load_config
+from rlfactory.rewards.rule import RuleReward
+from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, staleness_of
+from rlfactory.train.config import RunConfig
+from rlfactory.train.loop import Trainer
+from rlfactory.train.runlog import read_metrics
+from train_fixtures import make_traj, run_config, tiny_qwen3
+
+TIMING = ("time/", "perf/")
+
+
+class _FixedEngine:
+    """Unit-test stand-in for the rollout engine: returns hand-built trajectories."""
+
+    def __init__(self, trajs):
+        self.trajs = trajs
+
+    async def run(self, rows, n, policy_version=0):
+        return self.trajs
+
+
+def _versioned(parts, versions, group, tid, lp):
+    """A trajectory whose model segments carry `versions` (in order) and sampler logprob `lp`."""
+    traj = make_traj(parts, group, tid, lp)
+    models = [s for s in traj.segments if s.role == "model"]
+    for seg, v in zip(models, versions):
+        seg.policy_version = v
+    return traj
+
+
+def _trainer(tmp_path, trajs, **trainer):
+    model = tiny_qwen3()
+    session = SimpleNamespace(engine=_FixedEngine(trajs), generator=SimpleNamespace(model=model), model=model,
+                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
+    cfg = load_config(RunConfig, run_config(tmp_path, algo={"group_size": 2},
+                                            trainer={"prompts_per_step": 2, **trainer}))
+    reward = RuleReward({"train_fixtures:first_token_even": 1.0})
+    return Trainer(cfg, session, reward, train_rows=[{"id": 0}, {"id": 1}])
+
+
+def test_staleness_of_is_the_oldest_model_segment():
+    t = _versioned([("prompt", [1]), ("model", [2]), ("observation", [3]), ("model", [4])], [5, 3], "g", "t", -1.0)
+    assert staleness_of(t, 6) == 3
+    fresh, m = fresh_mask([t], 6, max_staleness=2)
+    assert not fresh.item() and m["async/dropped_stale"] == 1
+    assert m["async/staleness_max"] == 3 and m["async/staleness_mean"] == 2 and m["async/trajs_staleness_3"] == 1
+
+
+def test_stale_trajectories_beyond_k_are_dropped_and_counted(tmp_path):
+    prompt = ("prompt", [1, 2])
+    # Trained version: 2; k = 1. "a" is current, "b" a partial rollout whose first turn is one
+    # version behind (kept), "c" has a turn two versions behind (dropped), "d" is current.
+    trajs = [
+        _versioned([prompt, ("model", [60, 61])], [2], "g0", "a", -1.0),
+        _versioned([prompt, ("model", [5]), ("observation", [9]), ("model", [7])], [1, 2], "g0", "b", -1.0),
+        _versioned([prompt, ("model", [8, 7]), ("observation", [9]), ("model", [6])], [0, 2], "g1", "c", -1.0),
+        _versioned([prompt, ("model", [4, 3])], [2], "g1", "d", -1.0),
+    ]
+    trainer = _trainer(tmp_path, trajs, max_staleness=1)
+    trainer.version = 2
+    metrics, out = asyncio.run(trainer.step(1))
+    assert metrics["async/dropped_stale"] == 1 and metrics["batch/kept"] == 3
+    assert metrics["async/trajs_staleness_0"] == 2 and metrics["async/trajs_staleness_1"] == 1
+    assert metrics["async/trajs_staleness_2"] == 1 and metrics["async/staleness_max"] == 2
+    assert out[2].advantage is None  # not trained on
+    # c is out of its group's baseline too: d is alone there, so its advantage is 0
+    assert out[3].advantage == 0.0
+    assert out[0].advantage == -out[1].advantage != 0
+    assert metrics["policy_version"] == 3
+
+
+def _is_case(tmp_path, max_staleness):
+    # One group of two sampled by version 0, trained at version `max_staleness`. Sampler
+    # logprobs: -0.5 on one trajectory (the trainer's are lower: weights < 1) and -9.0 on the other
+    # (weights far above the cap, truncated to it).
+    prompt = ("prompt", [1, 2])
+    trajs = [_versioned([prompt, ("model", [60, 61, 62])], [0], "g0", "a", -9.0),
+             _versioned([prompt, ("model", [5, 3])], [0], "g0", "b", -0.5)]
+    tmp_path.mkdir()
+    trainer = _trainer(tmp_path, trajs, max_staleness=max_staleness, prompts_per_step=1)
+    trainer.cfg.algo.tis_cap = 2.0
+    trainer.version = max_staleness
+    return asyncio.run(trainer.step(1))
+
+
+def test_a_stale_turn_is_weighted_by_the_behaviour_logprobs_hand_computed(tmp_path):
+    metrics, out = _is_case(tmp_path / "k1", max_staleness=1)
+    assert metrics["async/dropped_stale"] == 0 and metrics["async/trajs_staleness_1"] == 2
+    # Hand computation from what the trainer recorded: its logprobs before the update (pi_old),
+    # the sampler's (pi_behaviour) and each trajectory's advantage. One on-policy pass: the PPO
+    # ratio against pi_old is 1, so the token-mean loss is -sum(A_b * w_bt) / tokens, with
+    # w = min(pi_old / pi_behaviour, 2).
+    terms, weights = [], []
+    for t in out:
+        (seg,) = [s for s in t.segments if s.role == "model"]
+        for old, behaviour in zip(seg.trainer_logprobs, seg.logprobs):
+            w = min(math.exp(old - behaviour), 2.0)
+            weights.append((w, math.exp(old - behaviour)))
+            terms.append(-t.advantage * w)
+    assert out[0].advantage == -out[1].advantage != 0
+    assert metrics["loss/policy"] == pytest.approx(sum(terms) / len(terms), rel=1e-5)
+    assert metrics["async/is_weight_mean"] == pytest.approx(sum(w for w, _ in weights) / len(weights), rel=1e-5)
+    assert metrics["async/is_weight_max"] == pytest.approx(max(raw for _, raw in weights), rel=1e-5)
+    assert metrics["async/is_clipped_frac"] == pytest.approx(3 / 5)  # the -9.0 trajectory's three tokens
+    # The same data trained synchronously (max_staleness 0, current) has no weight: -sum(A_b) / tokens.
+    sync, out0 = _is_case(tmp_path / "k0", max_staleness=0)
+    plain = [-t.advantage for t in out0 for s in t.segments if s.role == "model" for _ in s.token_ids]
+    assert sync["loss/policy"] == pytest.approx(sum(plain) / len(plain), rel=1e-5)
+    assert sync["loss/policy"] != pytest.approx(metrics["loss/policy"], rel=1e-3)
+    assert "async/is_weight_mean" not in sync and "async/dropped_stale" not in sync
+
+
+async def _steps(cfg, steps, pipeline_k):
+    from rlfactory.rewards import build_reward
+    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.loop import env_reward, load_env_data, tools_by_name
+
+    async with open_rollout(cfg) as session:
+        reward = build_reward(cfg.reward, default=env_reward(session.env), tools=tools_by_name(session))
+        trainer = Trainer(cfg, session, reward, load_env_data(session.env, "train"))
+        pipeline = AsyncPipeline(trainer, pipeline_k) if pipeline_k is not None else None
+        history = []
+        for s in range(1, steps + 1):
+            metrics, _ = await (pipeline.step(s) if pipeline is not None else trainer.step(s))
+            history.append({k: v for k, v in metrics.items() if not k.startswith(TIMING)})
+        if pipeline is not None:
+            await pipeline.close()
+        return history, [p.detach().clone() for p in trainer.policy.parameters()]
+
+
+def test_staleness_zero_equals_the_synchronous_trainer_exactly(tmp_path):
+    cfg = load_config(RunConfig, run_config(tmp_path, trainer={"steps": 2}))
+    torch.set_num_threads(torch.get_num_threads())
+    sync_metrics, sync_weights = asyncio.run(_steps(cfg, 2, pipeline_k=None))
+    pipe_metrics, pipe_weights = asyncio.run(_steps(cfg, 2, pipeline_k=0))
+    assert pipe_metrics == sync_metrics
+    assert all(torch.equal(a, b) for a, b in zip(sync_weights, pipe_weights))
+    assert not any(k.startswith("async/") for k in sync_metrics[0])
+
+
+def test_max_staleness_one_trains_and_resumes_from_a_checkpoint(tmp_path, capsys):
+    cfg_path = run_config(tmp_path, trainer={"steps": 3, "max_staleness": 1, "save_every": 1},
+                          rollout={"mode": "async"})
+    assert main(["train", cfg_path]) == 0
+    run = tmp_path / "run"
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3] and records[-1]["policy_version"] == 3
+    for r in records:
+        assert r["async/dropped_stale"] == 0 and r["async/staleness_max"] <= 1 and "async/is_weight_mean" in r
+    assert any(r["optim/grad_norm"] > 0 for r in records)
+    assert records[0]["async/staleness_max"] == 0  # step 1 rolled out before any update
+
+    def versions(step):
+        lines = (run / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines()
+        return {s["policy_version"] for line in lines for s in json.loads(line)["segments"] if s["role"] == "model"}
+
+    # step 2 was rolled out while step 1 trained: its turns are version 0 or 1, never older
+    assert versions(2) <= {0, 1}
+    before = {n: p.clone() for n, p in _checkpoint_weights(run, 3).items()}
+
+    # Resume to step 5: the rollouts in flight when the run stopped were not checkpointed; step 4
+    # is rolled out again from the restored weights (version 3) before any further update.
+    capsys.readouterr()
+    assert main(["train", cfg_path, "trainer.steps=5", "--resume"]) == 0
+    assert "trained 2 step(s)" in capsys.readouterr().out
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5] and records[-1]["policy_version"] == 5
+    assert versions(4) == {3} and versions(5) <= {3, 4}
+    after = _checkpoint_weights(run, 5)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+
+
+def _checkpoint_weights(run, step):
+    from safetensors.torch import load_file
+
+    return load_file(str(run / "checkpoints" / f"step_{step:06d}" / "model" / "model.safetensors"))
