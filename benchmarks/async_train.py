@@ -179,22 +179,27 @@ async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
             reward = build_reward(cfg.reward, default=env.reward(), tools=tools_by_name(session))
             trainer = Trainer(cfg, session, reward, load_env_data(env, "train"))
             pipeline = AsyncPipeline(trainer, cfg.trainer.max_staleness)
-            history = []
+            history, ends = [], []
             t0 = time.perf_counter()
             try:
                 for step in range(1, cfg.trainer.steps + 1):
                     metrics, trajs = await pipeline.step(step)
                     history.append(metrics)
+                    ends.append(time.perf_counter() - t0)
                     print(f"    step {step}: {time.perf_counter() - t0:6.1f} s, reward {metrics['reward/mean']:.3f}, "
-                          f"rollout {metrics['time/rollout_s']:.1f} s, train {metrics['time/train_s']:.1f} s",
-                          flush=True)
+                          f"rollout {metrics['time/rollout_s']:.1f} s (per trajectory: generation "
+                          f"{metrics['time/traj_gen_s']:.1f} s, tools {metrics['time/traj_tool_s']:.1f} s), "
+                          f"train {metrics['time/train_s']:.1f} s, load average {loadavg()}", flush=True)
             finally:
                 await pipeline.close()
             wall = time.perf_counter() - t0
     finally:
         env.close()
     trained = sum(m["batch/kept"] for m in history)
-    return {"wall": wall, "trained": trained, "tps": trained / wall, "history": history, "latencies": list(env.drawn)}
+    later = sum(m["batch/kept"] for m in history[1:])
+    steady = later / (ends[-1] - ends[0]) if len(ends) > 1 else 0.0
+    return {"wall": wall, "trained": trained, "tps": trained / wall, "steady": steady, "history": history,
+            "latencies": list(env.drawn)}
 
 
 def mean(xs):
@@ -310,6 +315,9 @@ def main() -> None:
               f"same latencies in both runs: {same}")
         ratio = results[1]["tps"] / results[0]["tps"]
         print(f"  ratio (a) max_staleness 1 / 0: {ratio:.2f}x (target >= 1.5x: {'met' if ratio >= 1.5 else 'MISSED'})")
+        steady = results[1]["steady"] / results[0]["steady"] if results[0]["steady"] else 0.0
+        print(f"  steady state (steps 2..{args.steps}, the async run's pipeline already full): "
+              f"{results[0]['steady']:.2f} vs {results[1]['steady']:.2f} traj/s, {steady:.2f}x")
         print(f"  load average {loadavg()}")
 
         if args.skip_servers:

@@ -190,3 +190,24 @@ def _checkpoint_weights(run, step):
     from safetensors.torch import load_file
 
     return load_file(str(run / "checkpoints" / f"step_{step:06d}" / "model" / "model.safetensors"))
+
+
+def test_the_readme_async_command_trains_on_the_search_env(tmp_path):
+    """The Asynchronous training section's command, on a tiny budget."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    section = (root / "README.md").read_text().split("## Asynchronous training", 1)[1].split("\n## ", 1)[0]
+    (line,) = re.findall(r"^    \.venv/bin/rlfactory (train .+)$", section, re.M)
+    args = shlex.split(line)
+    args[1] = str(root / args[1])
+    small = ["sampling.seed=0", "rollout.max_new_tokens=16", "rollout.max_total_tokens=700",
+             "env.options.n_train_entities=20", "env.options.n_test_entities=6", "trainer.prompts_per_step=2",
+             "algo.group_size=2", "trainer.eval_every=0", "trainer.progress=false", "trainer.steps=2",
+             f"trainer.run_dir={tmp_path / 'run'}"]
+    assert "trainer.max_staleness=1" in args
+    assert main([*args, *small]) == 0
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2] and all("async/staleness_max" in r for r in records)
