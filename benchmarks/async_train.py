@@ -163,10 +163,9 @@ def env_options(cfg) -> dict[str, Any]:
 # ---- (a) training throughput ----
 
 async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
-    from rlfactory.rewards import build_reward
     from rlfactory.rollout.build import open_rollout
     from rlfactory.train.async_pipeline import AsyncPipeline
-    from rlfactory.train.loop import Trainer, load_env_data, tools_by_name
+    from rlfactory.train.loop import Trainer, load_env_data
 
     env = latency_env(env_options(cfg), args.median, args.sigma)
     processor = None
@@ -175,9 +174,8 @@ async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
 
         processor = policy(load_tokenizer(cfg.model))
     try:
-        async with open_rollout(cfg, env=env, logits_processor=processor) as session:
-            reward = build_reward(cfg.reward, default=env.reward(), tools=tools_by_name(session))
-            trainer = Trainer(cfg, session, reward, load_env_data(env, "train"))
+        async with open_rollout(cfg, env=env, logits_processor=processor, reward_mode="required") as session:
+            trainer = Trainer(cfg, session, session.reward, load_env_data(env, "train"))
             pipeline = AsyncPipeline(trainer, cfg.trainer.max_staleness)
             history, ends = [], []
             t0 = time.perf_counter()

@@ -138,6 +138,8 @@ class AsyncPipeline:
         self.rollouts: dict[int, asyncio.Task] = {}
         self._synced = False
         self.local: LocalWeightSync | None = None
+        if self.k > 0 and trainer.parallel.world_size > 1:
+            raise ValueError("trainer.max_staleness >= 1 is not supported with the FSDP learner (torchrun) yet")
         if self.k > 0:
             gen = trainer.session.generator
             if isinstance(gen, LocalGenerator):

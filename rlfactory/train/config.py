@@ -173,6 +173,9 @@ class TrainerConfig(Section):
             raise ValueError("trainer.keep_last must be >= 1")
         if self.max_staleness < 0:
             raise ValueError("trainer.max_staleness must be >= 0 (0 = synchronous training)")
+        if self.max_staleness > 0 and self.backend != "local":
+            raise ValueError(f"trainer.max_staleness >= 1 is not supported with trainer.backend: {self.backend} yet "
+                             "(asynchronous training runs with the local backend)")
         return self
 
 

@@ -31,7 +31,7 @@ class _FixedEngine:
     def __init__(self, trajs):
         self.trajs = trajs
 
-    async def run(self, rows, n, policy_version=0):
+    async def run(self, rows, n, policy_version=0, *, seeds=None):
         return self.trajs
 
 
@@ -127,13 +127,11 @@ def test_a_stale_turn_is_weighted_by_the_behaviour_logprobs_hand_computed(tmp_pa
 
 
 async def _steps(cfg, steps, pipeline_k):
-    from rlfactory.rewards import build_reward
     from rlfactory.rollout.build import open_rollout
-    from rlfactory.train.loop import env_reward, load_env_data, tools_by_name
+    from rlfactory.train.loop import load_env_data
 
-    async with open_rollout(cfg) as session:
-        reward = build_reward(cfg.reward, default=env_reward(session.env), tools=tools_by_name(session))
-        trainer = Trainer(cfg, session, reward, load_env_data(session.env, "train"))
+    async with open_rollout(cfg, reward_mode="required") as session:
+        trainer = Trainer(cfg, session, session.reward, load_env_data(session.env, "train"))
         pipeline = AsyncPipeline(trainer, pipeline_k) if pipeline_k is not None else None
         history = []
         for s in range(1, steps + 1):
@@ -211,3 +209,11 @@ def test_the_readme_async_command_trains_on_the_search_env(tmp_path):
     assert main([*args, *small]) == 0
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2] and all("async/staleness_max" in r for r in records)
+
+
+def test_max_staleness_with_the_ray_backend_is_a_config_error(tmp_path):
+    from rlfactory.config import ConfigError
+
+    path = run_config(tmp_path, trainer={"max_staleness": 1, "backend": "ray"})
+    with pytest.raises(ConfigError, match="max_staleness"):
+        load_config(RunConfig, path)
