@@ -92,11 +92,17 @@ def bwrap_command(bwrap: str, layout: Layout, *, code_fd: int, info_fd: int, dis
     argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
             "--hostname", "sandbox", "--info-fd", str(info_fd)]
+    # bwrap mounts in argument order, a later mount covering an earlier one: a path under /tmp
+    # (a virtualenv in /tmp/...) is bound after the sandbox's own /tmp, or that would hide it.
+    in_tmp = [(src, dest) for src, dest in layout.binds if dest.startswith("/tmp/")]
     for src, dest in layout.binds:
-        argv += ["--ro-bind", src, dest]
+        if (src, dest) not in in_tmp:
+            argv += ["--ro-bind", src, dest]
     for target, link in layout.symlinks:
         argv += ["--symlink", target, link]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
-             "--size", str(disk_bytes), "--tmpfs", "/tmp", "--file", str(code_fd), "/tmp/main.py",
-             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--"]
+             "--size", str(disk_bytes), "--tmpfs", "/tmp", "--file", str(code_fd), "/tmp/main.py"]
+    for src, dest in in_tmp:
+        argv += ["--ro-bind", src, dest]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--"]
     return argv

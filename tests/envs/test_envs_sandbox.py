@@ -77,7 +77,13 @@ def test_runs_in_a_fresh_tmp_of_its_own():
     code = ("import os, tempfile\nprint(os.getcwd(), os.environ['HOME'], tempfile.gettempdir())\n"
             "print(sorted(os.listdir('.')))\nopen('f.txt', 'w').write('hi')\nprint(sorted(os.listdir('.')))")
     first, second = run_python(code), run_python(code)
-    assert first.stdout == second.stdout == "/tmp /tmp /tmp\n['main.py']\n['f.txt', 'main.py']\n"
+    # the interpreter's own folders, when they live under /tmp (a virtualenv there), are bound
+    # read-only over the sandbox's /tmp: their top folder shows up in the listing
+    from rlfactory.envs.sandbox_bwrap import _ro_paths
+
+    own = sorted({p.split("/")[2] for p in _ro_paths() if p.startswith("/tmp/")})
+    assert first.stdout == second.stdout == (f"/tmp /tmp /tmp\n{sorted(['main.py', *own])}\n"
+                                             f"{sorted(['f.txt', 'main.py', *own])}\n")
 
 
 def test_python_tool_through_tool_runner():
@@ -411,3 +417,13 @@ def test_weak_mode_is_chosen_by_name_and_says_so(fresh_probe, capsys):
     with pytest.raises(ValueError, match="env.options.sandbox='loose'"):
         make_env("code", sandbox="loose")
 
+
+
+def test_a_python_under_tmp_is_bound_after_the_sandboxes_own_tmp():
+    """bwrap mounts in order: a virtualenv under /tmp must be bound after the sandbox's /tmp tmpfs
+    (before this, a clone in /tmp could not start its own interpreter in the sandbox)."""
+    from rlfactory.envs.sandbox_bwrap import Layout, bwrap_command
+
+    layout = Layout((("/usr", "/usr"), ("/tmp/clone/.venv", "/tmp/clone/.venv")), (), (), None)
+    argv = bwrap_command("bwrap", layout, code_fd=3, info_fd=4, disk_bytes=1 << 20)
+    assert argv.index("/usr") < argv.index("/tmp/main.py") < argv.index("/tmp/clone/.venv") < argv.index("--remount-ro")
