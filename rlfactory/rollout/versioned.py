@@ -8,7 +8,7 @@ waits until every turn in flight has finished, copies the weights, bumps the ver
 kept KV caches (computed by the old weights) and reopens the gate. So every token of a model
 segment comes from one version, and `GenResult.policy_version` says which. A trajectory that
 spans an update (a partial rollout) continues on the new version; its segments keep their own
-versions. (`rlfactory serve`'s ServedModel does the same for the HTTP server.)
+versions. (`rlfactory serve`'s ServedModel takes its weight updates through one of these.)
 """
 
 from __future__ import annotations
@@ -65,9 +65,10 @@ class VersionedGenerator:
         if reseed is not None:
             reseed(seed)
 
-    async def update(self, load: Callable[[], None], version: int) -> None:
+    async def update(self, load: Callable[[], Any], version: int | None = None) -> None:
         """Run `load()` (copies the new weights into the generator's model; in a worker thread)
-        once no turn is in flight, then hold `version`. Turns submitted meanwhile wait."""
+        once no turn is in flight, then hold `version` (None: the current one + 1). Turns
+        submitted meanwhile wait."""
         async with self._update_lock:
             self._open.clear()
             try:
@@ -75,7 +76,7 @@ class VersionedGenerator:
                     self.updates_waited += 1
                 await self._idle.wait()  # every turn in flight finishes on the old weights
                 await asyncio.to_thread(load)
-                self.version = int(version)
+                self.version = self.version + 1 if version is None else int(version)
                 self.forget()  # kept caches were computed by the old weights
             finally:
                 self._open.set()

@@ -13,7 +13,6 @@ client releases one with `release`.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 from typing import Any, Callable
@@ -22,6 +21,7 @@ import torch
 
 from rlfactory.rollout.generator import GenRequest, GenResult
 from rlfactory.rollout.local import LocalGenerator
+from rlfactory.rollout.versioned import VersionedGenerator
 from rlfactory.serve.weights import apply_weights, load_safetensors_folder
 
 
@@ -51,35 +51,33 @@ class ServedModel:
         self.max_batch = int(max_batch)
         self.max_sessions = int(max_sessions or 4 * max_batch)
         self.context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
-        self.version = int(version)
+        self.gate = VersionedGenerator(self.generator, version)
+        """Turns and weight updates: new weights are taken between turns, never inside one."""
         self.updates = 0
-        self.updates_waited = 0
-        """Updates that had to wait for turns in flight to finish."""
-        self.active = 0
         self.turns = 0
         self._sessions: OrderedDict[str, None] = OrderedDict()
-        self._open = asyncio.Event()
-        self._open.set()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._update_lock = asyncio.Lock()
+
+    @property
+    def version(self) -> int:
+        return self.gate.version
+
+    @property
+    def active(self) -> int:
+        """Turns in flight."""
+        return self.gate.active
+
+    @property
+    def updates_waited(self) -> int:
+        """Updates that had to wait for turns in flight to finish."""
+        return self.gate.updates_waited
 
     async def generate(self, request: GenRequest) -> tuple[GenResult, int]:
         """One turn; returns it with the policy version that produced all of its tokens."""
-        await self._open.wait()
-        self.active += 1
-        self._idle.clear()
-        version = self.version
-        try:
-            result = await self.generator.submit(request)
-        finally:
-            self.active -= 1
-            if self.active == 0:
-                self._idle.set()
+        result = await self.gate.submit(request)
         self.turns += 1
         if request.session is not None:
             self._keep(request.session)
-        return result, version
+        return result, result.policy_version
 
     def release(self, session: str) -> bool:
         """Drop the KV cache kept for `session`; False when none was kept."""
@@ -97,20 +95,10 @@ class ServedModel:
         return await self._update(lambda: apply_weights(self.model, load_safetensors_folder(folder)), version)
 
     async def _update(self, apply: Callable[[], int], version: int | None) -> int:
-        async with self._update_lock:
-            self._open.clear()
-            try:
-                if not self._idle.is_set():
-                    self.updates_waited += 1
-                await self._idle.wait()  # every turn in flight finishes on the old weights
-                await asyncio.to_thread(apply)
-                self.version = self.version + 1 if version is None else int(version)
-                self.updates += 1
-                self.generator.forget()  # kept caches were computed by the old weights
-                self._sessions.clear()
-            finally:
-                self._open.set()
-            return self.version
+        await self.gate.update(apply, version)  # turns in flight finish on the old weights; kept caches dropped
+        self.updates += 1
+        self._sessions.clear()
+        return self.version
 
     def _keep(self, session: str) -> None:
         self._sessions[session] = None
