@@ -46,3 +46,16 @@ def allow_overrides_after_options(parser: argparse.ArgumentParser) -> None:
             busy.pop()
 
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+async def train_from(cfg: Any, model_path: str, run_dir: Path) -> tuple[list[dict[str, float]], str]:
+    """`rlfactory train` of `cfg` starting from `model_path`, into `run_dir`: (the steps' metrics,
+    the last checkpoint's model folder). The experiment and the demo train their warm start so."""
+    from rlfactory.train.checkpoint import latest_checkpoint
+    from rlfactory.train.loop import train
+
+    train_cfg = cfg.model_copy(deep=True)
+    train_cfg.model.path = model_path
+    train_cfg.trainer.run_dir = str(run_dir)
+    history = await train(train_cfg)
+    return history, str(latest_checkpoint(run_dir) / "model")

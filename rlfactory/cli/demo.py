@@ -118,11 +118,10 @@ def save_reward_curve(metrics_path: Path, png: Path, before: float, after: float
 
 async def run_demo(cfg: Any, out: Path, eval_limit: int | None) -> dict[str, Any]:
     from rlfactory.cli.eval import evaluate_model
+    from rlfactory.cli.common import train_from
     from rlfactory.cli.sft import run_sft
     from rlfactory.envs.registry import env_from_config
     from rlfactory.tiny import resolve_model
-    from rlfactory.train.checkpoint import latest_checkpoint
-    from rlfactory.train.loop import train
 
     times: dict[str, float] = {}
     t = time.perf_counter()
@@ -147,11 +146,7 @@ async def run_demo(cfg: Any, out: Path, eval_limit: int | None) -> dict[str, Any
     print(f"[demo] warm start: held-out exact match {before['exact_match']:.3f}", file=sys.stderr)
 
     t = time.perf_counter()
-    train_cfg = cfg.model_copy(deep=True)
-    train_cfg.model.path = warm
-    train_cfg.trainer.run_dir = str(out / "grpo")
-    history = await train(train_cfg)
-    trained = str(latest_checkpoint(out / "grpo") / "model")
+    history, trained = await train_from(cfg, warm, out / "grpo")
     times["grpo"] = time.perf_counter() - t
 
     t = time.perf_counter()

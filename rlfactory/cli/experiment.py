@@ -60,9 +60,8 @@ def print_table(stages: dict[str, dict[str, float]], file=None) -> None:
 
 async def run_experiment(cfg: Any, out: Path, eval_limit: int | None) -> dict[str, Any]:
     from rlfactory.cli.eval import evaluate_model
+    from rlfactory.cli.common import train_from
     from rlfactory.cli.sft import run_sft
-    from rlfactory.train.checkpoint import latest_checkpoint
-    from rlfactory.train.loop import train
 
     times: dict[str, float] = {}
     stages: dict[str, dict[str, float]] = {}
@@ -86,11 +85,7 @@ async def run_experiment(cfg: Any, out: Path, eval_limit: int | None) -> dict[st
     await evaluate("warm start", warm)
 
     t = time.perf_counter()
-    train_cfg = cfg.model_copy(deep=True)
-    train_cfg.model.path = warm
-    train_cfg.trainer.run_dir = str(out / "grpo")
-    history = await train(train_cfg)
-    trained = str(latest_checkpoint(out / "grpo") / "model")
+    history, trained = await train_from(cfg, warm, out / "grpo")
     times["grpo"] = time.perf_counter() - t
     await evaluate("after GRPO", trained)
     result = {"stages": stages, "times_s": times, "sft_steps": cfg.sft.steps, "grpo_steps": len(history),
