@@ -41,8 +41,9 @@ def test_an_older_config_check_answering_late_does_not_hide_a_newer_verdict(page
     assert held, "the check of the loaded YAML was never sent"
     page.fill("#overrides", "trainer.stepz=3")
     page.wait_for_selector("#config-errors li[data-key='trainer.stepz']")
+    answered = int(page.get_attribute("#verdict", "data-answers") or 0)
     held[0].continue_()  # the older check answers now: "valid"
-    page.wait_for_timeout(1000)
+    page.wait_for_function(f"Number(document.querySelector('#verdict').dataset.answers) > {answered}")
     assert page.query_selector("#config-errors li[data-key='trainer.stepz']") is not None
     assert page.query_selector("#config-ok") is None
     page.unroute("**/api/config/check")

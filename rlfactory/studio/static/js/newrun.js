@@ -47,6 +47,7 @@ export async function newRunPage(app, _rest, params) {
     const mine = ++checks;
     try {
       const r = await api("/api/config/check", { text: text.value, overrides: lines(), source: source.value });
+      verdict.dataset.answers = String(Number(verdict.dataset.answers || 0) + 1);  // answers received, late ones too
       if (mine !== checks) return r.ok;
       paintGutter(r.issues);
       verdict.replaceChildren(r.ok ? h("div", { class: "ok-box", id: "config-ok" }, "Config is valid.")
