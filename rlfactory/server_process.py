@@ -16,11 +16,25 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import weakref
 from typing import IO
 
 import httpx
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """In the server (the child): exit when the process that started it is gone (`--exit-with-parent`;
+    no orphaned servers after a crash)."""
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(0)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
-import time
+
+from rlfactory.server_process import exit_with_parent
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,24 +35,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    """Exit when the process that started us is gone (no orphaned servers after a crash)."""
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(0)
-            time.sleep(0.5)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
-
 
 def run(args: argparse.Namespace) -> int:
     if args.max_batch < 1:
         print("rlfactory serve: --max-batch must be >= 1", file=sys.stderr)
         return 2
     if args.exit_with_parent:
-        _exit_with_parent(args.exit_with_parent)
+        exit_with_parent(args.exit_with_parent)
     import torch
     import uvicorn
 

@@ -13,10 +13,7 @@ Wikipedia-scale corpora run Search-R1's own server and give the env its URL (`re
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import threading
-import time
 from typing import Any
 
 from starlette.applications import Starlette
@@ -25,6 +22,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rlfactory.envs.search.bm25 import BM25Index, load_corpus
+from rlfactory.server_process import exit_with_parent
 
 
 def build_app(docs: list[dict[str, Any]], default_topk: int = 3, index: BM25Index | None = None) -> Starlette:
@@ -57,17 +55,6 @@ def build_app(docs: list[dict[str, Any]], default_topk: int = 3, index: BM25Inde
     return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"]), Route("/health", health, methods=["GET"])])
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    """Exit when the process that started us is gone (no orphaned servers after a crash)."""
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(0)
-            time.sleep(0.5)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
-
 
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
@@ -80,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exit-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.exit_with_parent:
-        _exit_with_parent(a.exit_with_parent)
+        exit_with_parent(a.exit_with_parent)
     docs = load_corpus(a.corpus)
     app = build_app(docs, a.topk)
     print(f"retriever: {len(docs)} docs, http://{a.host}:{a.port}/retrieve", file=sys.stderr, flush=True)
