@@ -1,10 +1,12 @@
 """The decode loop behind LocalGenerator: slots, prefill, decode steps, stops, kept caches.
 
 Runs in the generator's thread, one `step(new_rows)` at a time:
-  1. prefill: the new requests are run through the model in one left-padded forward, each on top
-     of whatever cache it can reuse: its own trajectory's cache from its previous turn (a kept
-     session) or a prefix it shares with the other new rows (computed once). Their first token is
-     sampled and each row's cache is copied into a free slot of the decode cache.
+  1. prefill: each new request takes a free slot of the decode cache, whatever cache it can reuse
+     is copied there (its own trajectory's cache from its previous turn, a kept session, or a
+     prefix it shares with the other new rows, computed once), and one forward over those slots
+     writes the new tokens right after it (masks by position); their first token is sampled.
+     Attention kernels that take only padding masks (flash, flex) prefill in a left-padded cache
+     of their own instead and each row is then copied into its slot.
   2. decode: one forward over all slots (tokens left-aligned, each row writes its own column), a
      token sampled per live row, stops checked; finished rows free their slot (and keep their
      cache when their request names a session). With a `StaticDecode` (on a GPU) the forward runs
@@ -108,6 +110,11 @@ class DecodeLoop:
         """None for full-attention models (2D padding masks); else how to build position masks."""
         return self._plans()[1]
 
+    def position_plan(self) -> MaskPlan | None:
+        """Masks by position for any layer kind (slots are left-aligned: a column is a position);
+        None when the model's attention kernel takes only 2D padding masks (flash, flex)."""
+        return self._plans()[2]
+
     def static_plan(self) -> MaskPlan | None:
         """The masks of fixed-shape steps; None when they are off or the model's kernel cannot run them."""
         return self._plans()[2] if self.static is not None else None
@@ -144,6 +151,61 @@ class DecodeLoop:
             return done
         pasts, news = map(list, zip(*(self._reuse(r) for r in rows)))
         self._share_prefix(pasts, news)
+        plan = self.position_plan()
+        if plan is not None:
+            done += self._prefill_in_slots(rows, pasts, news, plan)
+        else:
+            done += self._prefill_padded(rows, pasts, news)
+        self.stats["prefills"] += 1
+        self.stats["prefill_tokens"] += sum(len(n) for n in news)
+        return done
+
+    def _prefill_in_slots(self, rows: list[Row], pasts: list[RowKV | None], news: list[list[int]],
+                          plan: MaskPlan) -> list[Row]:
+        """Prefill in the decode cache itself: each row takes a free slot, its past (kept or shared
+        cache) is copied there, and one forward over those slots writes its new tokens right after
+        it. New tokens are right-aligned in the forward (its last query is each row's last token);
+        a shorter row's padding queries write past its end, where its decode steps overwrite them
+        before anything reads them, and no real query sees them (masks by position)."""
+        n_past = [p[0][0].shape[1] if p else 0 for p in pasts]
+        q = max(len(n) for n in news)
+        expected = self.live + len(rows)
+        slots = []
+        for row, past, p in zip(rows, pasts, n_past):
+            slot = self._claim(p + q + row.req.max_new_tokens + 1, expected)
+            if past:
+                self.cache.place(slot, past)
+            self.rows[slot], self.length[slot], self.last[slot] = row, p, self.pad_id
+            slots.append(slot)
+        ids = torch.full((len(rows), q), self.pad_id, dtype=torch.long)
+        cols = torch.empty((len(rows), q), dtype=torch.long)
+        for i, (n, p) in enumerate(zip(news, n_past)):
+            pad = q - len(n)
+            ids[i, pad:] = torch.tensor(n, dtype=torch.long)
+            cols[i, pad:] = torch.arange(p, p + len(n))
+            cols[i, :pad] = torch.arange(p + len(n), p + q)
+        ids, cols = ids.to(self.device), cols.to(self.device)
+        cache = self.cache
+        cache.begin_step(cols, rows=torch.tensor(slots, device=self.device))
+        keys = torch.arange(cache.width, device=self.device).expand(len(rows), -1)  # a key's column is its position
+        mask = plan.build(keys, torch.ones_like(keys, dtype=torch.bool), cols)
+        logits = self._logits(rows, ids, mask, cols, cache)
+        tokens, lps = to_host(*sample(logits, RowSampling.of([r.req.sampling for r in rows], self.device), self.rng,
+                                      self._uniforms(rows)))
+        done = self._record(rows, tokens, lps)
+        for row, slot, tok, p, n in zip(rows, slots, tokens, n_past, news):
+            self.length[slot], self.last[slot] = p + len(n), tok
+            if row.finish is not None:  # done at its first token: keep its cache, free the slot
+                self._keep(row, cache.take(slot, self.length[slot]))
+                self.rows[slot], self.length[slot], self.last[slot] = None, 0, self.pad_id
+        if done:
+            self._tidy()
+        return done
+
+    def _prefill_padded(self, rows: list[Row], pasts: list[RowKV | None], news: list[list[int]]) -> list[Row]:
+        """Prefill for attention kernels that take only 2D padding masks (flash, flex): the rows'
+        pasts right-aligned in a cache of their own, the new tokens left-padded after them; each
+        row's cache is then copied into a slot of the decode cache."""
         if any(pasts):
             cache, past_mask = cache_of_rows(pasts)
         else:
@@ -159,18 +221,10 @@ class DecodeLoop:
         # Position ids continue each row's past; padding positions get 0 (they are masked out).
         pos = (past_mask.sum(1, keepdim=True) + new_mask.cumsum(-1) - 1).clamp(min=0)
         mask = torch.cat([past_mask, new_mask], dim=1)
-        attn: Any = mask
-        plan = self.mask_plan()
-        if plan is not None:  # sliding-window layers: mask by real positions (padding splits the columns)
-            key_pos = torch.cat([(past_mask.cumsum(-1) - 1).clamp(min=0), pos], dim=1)
-            cols = past_mask.shape[1] + torch.arange(width, device=self.device)
-            attn = plan.build(key_pos, mask.bool(), pos, query_col=cols)
-        logits = self._logits(rows, ids, attn, pos, cache)
-        self.stats["prefills"] += 1
-        self.stats["prefill_tokens"] += sum(len(n) for n in news)
+        logits = self._logits(rows, ids, mask, pos, cache)
         tokens, lps = to_host(*sample(logits, RowSampling.of([r.req.sampling for r in rows], self.device), self.rng,
                                       self._uniforms(rows)))
-        done += self._record(rows, tokens, lps)
+        done = self._record(rows, tokens, lps)
         expected = self.live + sum(r.finish is None for r in rows)
         for i, (row, tok) in enumerate(zip(rows, tokens)):
             if row.finish is None:
@@ -242,14 +296,12 @@ class DecodeLoop:
 
     # ---- slots --------------------------------------------------------------------------------
 
-    def _admit(self, row: Row, kv: RowKV, token: int, expected: int = 8) -> None:
-        """Put a prefilled row into a free slot (growing the cache when it must); `expected`:
+    def _claim(self, need: int, expected: int) -> int:
+        """A free slot with room for `need` columns (growing the cache when it must); `expected`:
         how many rows the batch is about to hold (sizes a new cache)."""
-        n = kv[0][0].shape[1]
-        need = n + row.req.max_new_tokens + 1
         self._version += 1
         if self.cache is None:
-            self.cache = SlotCache(kv, slots=max(8, expected), columns=max(need, 64))
+            self.cache = SlotCache(slots=max(8, expected), columns=max(need, 64), device=self.device)
         slot = next((i for i, r in enumerate(self.rows) if r is None), len(self.rows))
         if slot == len(self.rows):
             self.rows.append(None)
@@ -259,17 +311,22 @@ class DecodeLoop:
         if slot >= c.slots or need > c.columns:  # grow geometrically: copies stay rare
             c.reserve(slots=2 * c.slots if slot >= c.slots else 0,
                       columns=max(need, c.columns + c.columns // 2) if need > c.columns else 0)
-        c.place(slot, kv)
+        return slot
+
+    def _admit(self, row: Row, kv: RowKV, token: int, expected: int = 8) -> None:
+        """Put a row prefilled in a cache of its own into a free slot."""
+        n = kv[0][0].shape[1]
+        slot = self._claim(n + row.req.max_new_tokens + 1, expected)
+        self.cache.place(slot, kv)
         self.rows[slot], self.length[slot], self.last[slot] = row, n, token
 
     def _tidy(self) -> None:
         """Drop trailing free slots; when over a quarter of the rest are free, move the last live
         rows down into the free slots (copies only the moved rows)."""
         self._drop_free_tail()
-        free = [i for i, r in enumerate(self.rows) if r is None]
-        if not self.rows:
-            self.reset()
+        if not self.rows:  # the buffers stay for the rows still to come this session
             return
+        free = [i for i, r in enumerate(self.rows) if r is None]
         if len(free) * 4 <= len(self.rows):
             return
         for dst in free:

@@ -120,7 +120,7 @@ class StaticDecode:
         """The fixed-shape step (what the graph records): reads only tensors it owns and the cache."""
         pos = self._pos
         cache.write_pos.copy_(pos[:, 0])
-        cache.width = cache.columns
+        cache.begin_full_step()
         cols = self._cols.unsqueeze(0).expand(pos.shape[0], -1)  # a key's column is its position
         mask = plan.build(cols, cols <= pos, pos)
         out = model(input_ids=self._ids, attention_mask=mask, position_ids=pos, past_key_values=cache,

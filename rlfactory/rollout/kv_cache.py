@@ -1,10 +1,11 @@
-"""KV caches for LocalGenerator: prefill caches, the slot cache of the running batch, row copies.
+"""KV caches for LocalGenerator: the slot cache of the running batch, kept rows, padded prefills.
 
-A prefill runs on a plain DynamicCache (`new_cache`, or `cache_of_rows` holding the rows' reused
-pasts, right-aligned). Each prefilled row is then copied (`take_row`) into a slot of the running
-batch's `SlotCache`, where decode steps write in place: no per-step `torch.cat` of the whole cache
-(what DynamicLayer does, and what dominates a CPU decode step for long contexts), and no copying
-of the other rows when one joins or leaves.
+The running batch lives in a `SlotCache`: one slot per sequence, decode steps and prefills write
+in place (no per-step `torch.cat` of the whole cache, which is what DynamicLayer does and what
+dominates a CPU decode step for long contexts), and nothing else moves when a row joins or
+leaves. A finished turn's cache is kept as a `RowKV` (its real columns) and copied into a slot
+again for the trajectory's next turn. `new_cache` / `cache_of_rows` / `take_row` serve the padded
+prefill of attention kernels that cannot take masks by position (decode.py).
 """
 
 from __future__ import annotations
@@ -63,16 +64,18 @@ class SlotLayer(DynamicLayer):
         self.dtype, self.device = keys.dtype, keys.device
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Write each row's new key/value [B, heads, 1, head_dim] at that row's own column."""
+        """Write each row's new keys/values [B, heads, Q, head_dim] at that row's own columns
+        (`owner.step_cols` [B, Q]) and return the step's rows' buffers up to `owner.width`."""
         o = self.owner
-        b = key_states.shape[0]
-        rows, cols = o.row_index[:b], o.write_pos[:b]
-        self.buf_k[rows, :, cols] = key_states[:, :, 0]
-        self.buf_v[rows, :, cols] = value_states[:, :, 0]
-        return self.buf_k[:b, :, : o.width], self.buf_v[:b, :, : o.width]
+        rows, cols = o.step_rows(key_states.shape[0]), o.step_cols
+        self.buf_k[rows.unsqueeze(1), :, cols] = key_states.transpose(1, 2)
+        self.buf_v[rows.unsqueeze(1), :, cols] = value_states.transpose(1, 2)
+        if o.rows is None:  # the first B slots: a view, nothing copied
+            return self.buf_k[: len(rows), :, : o.width], self.buf_v[: len(rows), :, : o.width]
+        return self.buf_k[:, :, : o.width].index_select(0, rows), self.buf_v[:, :, : o.width].index_select(0, rows)
 
     def get_seq_length(self) -> int:
-        return self.owner.width - 1
+        return self.owner.get_seq_length()
 
     @property
     def keys(self) -> torch.Tensor | None:  # type: ignore[override]
@@ -94,44 +97,83 @@ class SlotLayer(DynamicLayer):
 class SlotCache(DynamicCache):
     """The decode cache of LocalGenerator: one slot per sequence, tokens left-aligned.
 
-    Slot s holds its sequence's keys/values at columns [0, length_s). A decode step writes each
-    row's new column at `write_pos[row]` (= its length), so rows of any length share a step with no
-    padding to shift; a finished sequence frees its slot and a new one is copied into a free slot.
-    Nothing else moves, except when the buffers grow (columns or slots) or are compacted.
+    Slot s holds its sequence's keys/values at columns [0, length_s), so a column is a position.
+    A forward over some slots (`begin_step`) writes each row's new tokens at the columns it is
+    given: a decode step writes one column per slot (its length), a prefill writes a row's new
+    tokens right after its past, which was `place`d there first. Rows of any length share a step
+    with no padding to shift; a finished sequence frees its slot and a new one takes it. Nothing
+    else moves, except when the buffers grow (columns or slots) or are compacted.
+
+    The buffers are made on the first `place` or forward (`like`, when given, makes them at once):
+    their heads, head size and dtype are the model's, per layer.
     """
 
-    def __init__(self, like: RowKV, slots: int, columns: int) -> None:
+    def __init__(self, like: RowKV | None = None, *, slots: int, columns: int,
+                 device: torch.device | str | None = None) -> None:
         super().__init__()
         self.layer_class_to_replicate = None
-        k0, v0 = like[0]
-        dev = k0.device
-        self.layers = [
-            SlotLayer(self, k.new_zeros((slots, k.shape[0], columns, k.shape[2])),
-                      v.new_zeros((slots, v.shape[0], columns, v.shape[2])))
-            for k, v in like
-        ]
-        self.row_index = torch.arange(slots, device=dev)
-        self.write_pos = torch.zeros(slots, dtype=torch.long, device=dev)
-        self.width = 1
+        self.layers = []
+        self._slots, self._columns = int(slots), int(columns)
+        dev = torch.device(device) if device is not None else (like[0][0].device if like else torch.device("cpu"))
+        self.row_index = torch.arange(self._slots, device=dev)
+        self.write_pos = torch.zeros(self._slots, dtype=torch.long, device=dev)
+        self.step_cols = self.write_pos[:, None]
+        self.rows: torch.Tensor | None = None  # the step's slots; None: slots [0, B)
+        self.width, self.query_len = 1, 1
+        if like:
+            self.layers = self._new_layers([(k.shape[0], k.shape[2], v.shape[2], k.dtype) for k, v in like])
+
+    def _new_layers(self, shapes: list[tuple[int, int, int, torch.dtype]]) -> list[SlotLayer]:
+        """Empty layers of these (heads, key size, value size, dtype), at the cache's capacity."""
+        dev = self.write_pos.device
+        return [SlotLayer(self, torch.zeros((self._slots, h, self._columns, dk), dtype=dt, device=dev),
+                                 torch.zeros((self._slots, h, self._columns, dv), dtype=dt, device=dev))
+                       for h, dk, dv, dt in shapes]
 
     @property
     def slots(self) -> int:
-        return self.layers[0].buf_k.shape[0]
+        return self._slots
 
     @property
     def columns(self) -> int:
-        return self.layers[0].buf_k.shape[2]
+        return self._columns
 
-    def begin_step(self, write_pos: torch.Tensor) -> None:
-        """Before a decode forward over rows [0, B): where each row writes its new column."""
-        b = write_pos.shape[0]
-        self.write_pos[:b] = write_pos
-        self.width = int(write_pos.max()) + 1
+    def step_rows(self, b: int) -> torch.Tensor:
+        return self.row_index[:b] if self.rows is None else self.rows
+
+    def begin_step(self, write_pos: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        """Before a forward: where each of its rows writes its new tokens, `write_pos` [B] (one token
+        each, a decode step) or [B, Q] (a prefill), and which slots the rows are (`rows` [B];
+        None: slots [0, B), read back as a view). Every row sees columns [0, width)."""
+        if write_pos.dim() == 1:
+            b = write_pos.shape[0]
+            self.write_pos[:b] = write_pos
+            self.step_cols = self.write_pos[:b, None]
+        else:
+            self.step_cols = write_pos
+        self.rows = rows
+        self.query_len = self.step_cols.shape[1]
+        self.width = int(self.step_cols.max()) + 1
+
+    def begin_full_step(self) -> None:
+        """Before a fixed-shape decode step over every slot and column (decode_graph.py): slot i
+        writes at `write_pos[i]`, which the caller fills in place (no host sync)."""
+        self.step_cols, self.rows, self.query_len, self.width = self.write_pos[:, None], None, 1, self._columns
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        if layer_idx == len(self.layers):  # the first forward makes the buffers, from the model's own shapes
+            self.layers += self._new_layers([(key_states.shape[1], key_states.shape[3], value_states.shape[3],
+                                              key_states.dtype)])
+        return self.layers[layer_idx].update(key_states, value_states)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Columns before the step's queries (the model's masks and positions read this)."""
+        return self.width - self.query_len
 
     def reserve(self, slots: int, columns: int) -> None:
         """Grow the buffers to at least `slots` x `columns` (copying what they hold)."""
-        s, c = max(slots, self.slots), max(columns, self.columns)
-        if s == self.slots and c == self.columns:
+        s, c = max(slots, self._slots), max(columns, self._columns)
+        if s == self._slots and c == self._columns:
             return
         for layer in self.layers:
             for name in ("buf_k", "buf_v"):
@@ -139,11 +181,15 @@ class SlotCache(DynamicCache):
                 new = old.new_zeros((s, old.shape[1], c, old.shape[3]))
                 new[: old.shape[0], :, : old.shape[2]] = old
                 setattr(layer, name, new)
+        self._slots, self._columns = s, c
         self.row_index = torch.arange(s, device=self.row_index.device)
         self.write_pos = torch.cat([self.write_pos, self.write_pos.new_zeros(s - self.write_pos.shape[0])])
+        self.step_cols = self.write_pos[:, None]
 
     def place(self, slot: int, row: RowKV) -> None:
         """Copy one sequence's cache (per layer [heads, L, head_dim]) into `slot`, columns [0, L)."""
+        if not self.layers:
+            self.layers = self._new_layers([(k.shape[0], k.shape[2], v.shape[2], k.dtype) for k, v in row])
         for layer, (k, v) in zip(self.layers, row):
             n = k.shape[1]
             layer.buf_k[slot, :, :n] = k

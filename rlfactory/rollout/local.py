@@ -76,6 +76,9 @@ class LocalGenerator:
         self._pending: list[Row] = []
         self._worker: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlfactory-gen")
+        self.threads: int | None = None
+        """Torch CPU threads of the generation thread; None = the process's (asynchronous training
+        sets it so that generation and the learner's thread split the cores)."""
 
     @property
     def logits_processor(self) -> Callable | None:
@@ -145,7 +148,7 @@ class LocalGenerator:
             while self._pending or self.loop.live:
                 room = self.max_batch - self.loop.live
                 new, self._pending = self._pending[:room], self._pending[room:]
-                done = await aio.run_in_executor(self._executor, self.loop.step, new)
+                done = await aio.run_in_executor(self._executor, self._step, new)
                 new = []
                 for row in done:
                     if not row.future.done():
@@ -162,6 +165,11 @@ class LocalGenerator:
             self.loop.reset()
             if was_training:
                 model.train()
+
+    def _step(self, new: list[Row]) -> list[Row]:
+        if self.threads is not None and torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)  # this thread's own count (OpenMP's is per thread)
+        return self.loop.step(new)
 
     def _result(self, row: Row) -> GenResult:
         text = self.tokenizer.decode(row.tokens, skip_special_tokens=False) if self.tokenizer is not None else ""

@@ -55,3 +55,35 @@ def test_long_observation_on_a_kept_cache_decodes_like_a_fresh_prefill():
     assert gen.stats["reused_tokens"] == len(prompt) + 3
     fresh = model.generate(torch.tensor([context]), max_new_tokens=5, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert second.token_ids == fresh[0, len(context):].tolist()
+
+
+@pytest.mark.parametrize("in_slots", [True, False], ids=["prefill_in_slots", "prefill_padded"])
+def test_both_prefills_decode_like_generate_across_turns(in_slots):
+    """The prefill in the decode cache (sdpa/eager: masks by position) and the padded prefill in a
+    cache of its own (kernels that take only padding masks, e.g. flash) give `generate`'s tokens,
+    with rows of different lengths in one prefill, on kept caches (a second turn) and shared prefixes."""
+    model = tiny_random_lm()
+    greedy = SamplingConfig(greedy=True)
+    gen = LocalGenerator(model, pad_id=0)
+    if not in_slots:
+        gen.loop.position_plan = lambda: None
+    shared = [(3 * j) % 250 + 1 for j in range(20)]  # >= min_shared_prefix: computed once
+    prompts = [shared + [(11 * i + j) % 250 + 1 for j in range(1 + 4 * i)] for i in range(4)]
+
+    async def two_turns():
+        first = await gen.generate([GenRequest(p, max_new_tokens=3 + i, sampling=greedy, session=f"s{i}")
+                                    for i, p in enumerate(prompts)])
+        contexts = [p + r.token_ids + [(5 * i + j) % 250 + 1 for j in range(2 + 7 * i)]
+                    for i, (p, r) in enumerate(zip(prompts, first))]
+        second = await gen.generate([GenRequest(c, max_new_tokens=4, sampling=greedy, session=f"s{i}")
+                                     for i, c in enumerate(contexts)])
+        return first, contexts, second
+
+    first, contexts, second = asyncio.run(two_turns())
+    assert gen.stats["shared_prefix_tokens"] > 0 and gen.stats["reused_tokens"] > 0
+    for i, (p, r) in enumerate(zip(prompts, first)):
+        want = model.generate(torch.tensor([p]), max_new_tokens=3 + i, do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert r.token_ids == want[0, len(p):].tolist()
+    for c, r in zip(contexts, second):
+        want = model.generate(torch.tensor([c]), max_new_tokens=4, do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert r.token_ids == want[0, len(c):].tolist()
