@@ -82,6 +82,15 @@ def is_weight_stats(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: to
             "async/is_clipped_frac": float((w > cap).float().mean())}
 
 
+def split_threads(learner: int | None, generator: int | None, available: int | None = None) -> tuple[int, int]:
+    """Torch CPU threads for the learner's thread and the generator's when both run at once:
+    the ones set, else half of `available` (default: this process's torch threads, rounded up) to
+    the learner and the rest, at least 1, to the generator."""
+    n = available or torch.get_num_threads()
+    learner = learner or max(1, (n + 1) // 2)
+    return learner, generator or max(1, n - learner)
+
+
 class LocalWeightSync:
     """The local generator's side of asynchronous training: generation runs on a copy of the
     policy behind a VersionedGenerator; `push` snapshots the trainable weights (call it while the
@@ -144,6 +153,9 @@ class AsyncPipeline:
             gen = trainer.session.generator
             if isinstance(gen, LocalGenerator):
                 self.local = LocalWeightSync(gen, trainer.version)
+                if gen.device.type == "cpu":
+                    trainer.learner_threads, gen.threads = split_threads(trainer.cfg.trainer.learner_threads,
+                                                                         trainer.cfg.trainer.generator_threads)
                 trainer.engine.generator = self.local.versioned
                 trainer.weight_sync = self.local
             elif trainer.weight_sync is None:
@@ -165,6 +177,9 @@ class AsyncPipeline:
         metrics, trajs = await t.learn(step, rollout, in_thread=self.k > 0)
         if self.k > 0:
             metrics["time/wait_rollout_s"] = waited
+            if self.local is not None and t.learner_threads is not None:
+                metrics["async/learner_threads"] = float(t.learner_threads)
+                metrics["async/generator_threads"] = float(self.local.versioned.generator.threads or 0)
         return metrics, trajs
 
     async def close(self) -> None:

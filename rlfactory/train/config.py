@@ -164,6 +164,14 @@ class TrainerConfig(Section):
     with a model segment more than k versions behind is dropped (`async/dropped_stale`), and the
     loss corrects for the sampling policy (algo.tis_cap). Rollouts in flight are not checkpointed:
     `--resume` regenerates them with the restored weights."""
+    learner_threads: int | None = None
+    """With max_staleness >= 1 and the local generator on the CPU, learning and generation run at
+    the same time in two threads of this process: torch CPU threads of the learner's. Unset = half
+    of the process's threads (rounded up); the generator gets the rest (`generator_threads`), so
+    the two do not oversubscribe the cores. Unused otherwise."""
+    generator_threads: int | None = None
+    """Torch CPU threads of the local generator's thread in that case; unset = the threads the
+    learner leaves (at least 1)."""
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":
@@ -173,6 +181,8 @@ class TrainerConfig(Section):
             raise ValueError("trainer.keep_last must be >= 1")
         if self.max_staleness < 0:
             raise ValueError("trainer.max_staleness must be >= 0 (0 = synchronous training)")
+        if any(n is not None and n < 1 for n in (self.learner_threads, self.generator_threads)):
+            raise ValueError("trainer.learner_threads and trainer.generator_threads must be >= 1 (unset = split the cores)")
         if self.max_staleness > 0 and self.backend != "local":
             raise ValueError(f"trainer.max_staleness >= 1 is not supported with trainer.backend: {self.backend} yet "
                              "(asynchronous training runs with the local backend)")

@@ -139,6 +139,7 @@ class Trainer:
         self.sampler = PromptSampler(train_rows, tr.prompts_per_step, tr.seed)
         self.step_done = 0
         self.version = 0
+        self.learner_threads: int | None = None  # torch threads of the learner's worker thread (async pipeline)
         self.policy.eval()
 
     # ---- the step ---------------------------------------------------------------------------
@@ -197,7 +198,7 @@ class Trainer:
         t1 = time.perf_counter()
         if keep.any():
             args = (step, trajs, owners, rewards, groups, valid, keep)
-            metrics.update(await asyncio.to_thread(self._learn, *args) if in_thread else self._learn(*args))
+            metrics.update(await asyncio.to_thread(self._learn_in_thread, *args) if in_thread else self._learn(*args))
             self.parallel.sync_replica(self.policy, self.replica)
             if self.parallel.world_size > 1 and self.cfg.trainer.log_trajectories:
                 trajs = self.parallel.gather(local)  # with the annotations the update wrote on each rank's own
@@ -218,6 +219,13 @@ class Trainer:
             "time/step_s": time.perf_counter() - t0,
         })
         return metrics, trajs
+
+    def _learn_in_thread(self, *args: Any) -> dict[str, float]:
+        """`_learn` in a worker thread, with `learner_threads` torch threads there (set by the async
+        pipeline so learning and generation split the cores)."""
+        if self.learner_threads is not None and torch.get_num_threads() != self.learner_threads:
+            torch.set_num_threads(self.learner_threads)  # per thread: the event loop's and the generator's keep theirs
+        return self._learn(*args)
 
     def _learn(self, step: int, trajs: list[Trajectory], owners: torch.Tensor, rewards: torch.Tensor,
                groups: torch.Tensor, valid: torch.Tensor, keep: torch.Tensor) -> dict[str, float]:

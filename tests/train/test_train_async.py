@@ -16,7 +16,7 @@ import torch
 from rlfactory.cli.main import main
 from rlfactory.config import load_config
 from rlfactory.rewards.rule import RuleReward
-from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, staleness_of
+from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, split_threads, staleness_of
 from rlfactory.train.config import RunConfig
 from rlfactory.train.loop import Trainer
 from rlfactory.train.runlog import read_metrics
@@ -163,6 +163,8 @@ def test_max_staleness_one_trains_and_resumes_from_a_checkpoint(tmp_path, capsys
         assert r["async/dropped_stale"] == 0 and r["async/staleness_max"] <= 1 and "async/is_weight_mean" in r
     assert any(r["optim/grad_norm"] > 0 for r in records)
     assert records[0]["async/staleness_max"] == 0  # step 1 rolled out before any update
+    want = split_threads(None, None)  # learning and generation split this process's threads
+    assert all((r["async/learner_threads"], r["async/generator_threads"]) == want for r in records)
 
     def versions(step):
         lines = (run / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines()
@@ -217,3 +219,41 @@ def test_max_staleness_with_the_ray_backend_is_a_config_error(tmp_path):
     path = run_config(tmp_path, trainer={"max_staleness": 1, "backend": "ray"})
     with pytest.raises(ConfigError, match="max_staleness"):
         load_config(RunConfig, path)
+
+
+def test_the_learner_and_the_generator_split_the_cores():
+    assert split_threads(None, None, available=2) == (1, 1)
+    assert split_threads(None, None, available=5) == (3, 2)
+    assert split_threads(None, None, available=1) == (1, 1)  # never 0
+    assert split_threads(3, None, available=4) == (3, 1) and split_threads(2, 6, available=2) == (2, 6)
+
+
+def test_the_generators_thread_runs_with_its_own_thread_count():
+    """torch's thread count is per thread (OpenMP): the generator sets its own in its thread and the
+    calling thread keeps its count."""
+    from rlfactory.rollout.generator import GenRequest
+    from rlfactory.rollout.local import LocalGenerator
+
+    seen = []
+
+    def record(requests, generated, logits):
+        seen.append(torch.get_num_threads())
+        return logits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gen = LocalGenerator(tiny_qwen3(), pad_id=0, logits_processor=record)
+        gen.threads = 1
+        asyncio.run(gen.generate([GenRequest([1, 2, 3], max_new_tokens=3)]))
+        gen.close()
+        assert seen == [1, 1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_thread_counts_below_one_are_config_errors(tmp_path):
+    from rlfactory.config import ConfigError
+
+    with pytest.raises(ConfigError, match="learner_threads"):
+        load_config(RunConfig, run_config(tmp_path, trainer={"learner_threads": 0}))
