@@ -79,6 +79,7 @@ class DecodeLoop:
         self.gates: dict[tuple[str, ...], list[bool]] = {}
         self._plan: tuple[int, MaskPlan | None, MaskPlan | None] | None = None
         self._keep_rows: tuple[int, torch.Tensor | None] | None = None
+        self._size_hint = (8, 64)  # the last cache's slots and columns: a new one starts there (no regrowing)
         self.stats = {"steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0,
                       "shared_prefix_tokens": 0, "moved_rows": 0, "tokens": 0, "busy_s": 0.0}
 
@@ -91,6 +92,8 @@ class DecodeLoop:
 
     def reset(self) -> None:
         """Drop the running batch (the kept sessions stay)."""
+        if self.cache is not None:
+            self._size_hint = (self.cache.slots, self.cache.columns)
         self.cache, self.rows, self.length, self.last, self._sampling, self._keep_rows = None, [], [], [], None, None
         if self.static is not None:
             self.static.release()
@@ -301,7 +304,8 @@ class DecodeLoop:
         how many rows the batch is about to hold (sizes a new cache)."""
         self._version += 1
         if self.cache is None:
-            self.cache = SlotCache(slots=max(8, expected), columns=max(need, 64), device=self.device)
+            slots, columns = self._size_hint
+            self.cache = SlotCache(slots=max(slots, expected), columns=max(need, columns), device=self.device)
         slot = next((i for i, r in enumerate(self.rows) if r is None), len(self.rows))
         if slot == len(self.rows):
             self.rows.append(None)
