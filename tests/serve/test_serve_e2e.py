@@ -191,6 +191,7 @@ def test_async_training_on_two_servers_stays_one_version_behind_and_resumes(serv
             assert digest == {"sha256": weights_digest(final), "policy_version": last}
 
     updates = {u: health(u)["updates"] for u in servers}
+    waited = {u: health(u)["updates_waited"] for u in servers}
     assert main([*args, "trainer.steps=3"]) == 0, capsys.readouterr().err
     check(1, 3)
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -208,3 +209,5 @@ def test_async_training_on_two_servers_stays_one_version_behind_and_resumes(serv
     for url in servers:
         h = health(url)
         assert h["policy_version"] == 5 and h["updates"] - updates[url] == 3
+        # the trainer held each server (no turn of its in flight there) before updating it
+        assert h["updates_waited"] == waited[url]
