@@ -11,9 +11,10 @@ engine turns into an `infra_error` trajectory; the run goes on. A 4xx answer mea
 itself was refused (e.g. a prompt longer than the server's context): it is not retried and raises
 `GenerationUnavailable` with the server's reason.
 
-Versions. Each server has a gate that the weight sync closes while it updates that server
-(`hold` / `release`): no new turn is sent to it until the update is done, and `hold` returns once
-the turns already in flight there have come back, so every turn is served by one set of weights.
+Versions. Each server has a gate (a TurnGate, as VersionedGenerator's) that the weight sync closes
+while it updates that server (`hold` / `release`): no new turn is sent to it until the update is
+done, and `hold` returns once the turns already in flight there have come back, so every turn is
+served by one set of weights.
 A turn's `policy_version` is the version the server reports in its answer (`rlfactory serve`,
 SGLang's `weight_version`), else the version the sync recorded for that server when the turn was
 sent. A server whose last sync failed is `stale` and gets no turns until a sync succeeds.
@@ -31,6 +32,7 @@ import httpx
 
 from rlfactory.rollout.generator import GenerationUnavailable, GenRequest, GenResult, generate_all
 from rlfactory.rollout.server_api import PATHS, Api, MalformedResponse, build_request, parse_response
+from rlfactory.rollout.versioned import TurnGate
 
 
 @dataclass
@@ -44,8 +46,6 @@ class ServerState:
     """"rlfactory" when `/health` says it is `rlfactory serve`, "other" otherwise, None before the probe."""
     assigned: int = 0
     """Turns picked for this server and not yet answered (waiting at its gate or in flight)."""
-    inflight: int = 0
-    """Turns sent to this server and not yet answered."""
     pinned: int = 0
     down_until: float = 0.0
     last_error: str = ""
@@ -55,12 +55,13 @@ class ServerState:
     """The version this server reported with its last answer (servers that report one)."""
     served: int = 0
     failures: int = 0
-    gate: asyncio.Event = field(default_factory=asyncio.Event)
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    gate: TurnGate = field(default_factory=TurnGate)
+    """Closed while the weight sync updates this server; counts the turns in flight there."""
 
-    def __post_init__(self) -> None:
-        self.gate.set()
-        self.idle.set()
+    @property
+    def inflight(self) -> int:
+        """Turns sent to this server and not yet answered."""
+        return self.gate.active
 
     def up(self, now: float) -> bool:
         return now >= self.down_until and not self.stale
@@ -125,23 +126,20 @@ class ServerGenerator:
             tried.append(server)
             server.assigned += 1  # counts for placement from the moment it is picked
             try:
-                await server.gate.wait()
-                if not server.up(time.monotonic()):
-                    continue  # went down (or stale) while we waited at its gate
                 if server.kind is None:
-                    await self.probe(server)
-                session = request.session if self.api == "vllm" or server.kind == "rlfactory" else None
-                body = build_request(self.api, request, stop_ids, stops, seed=seed, model=self.served_model, session=session)
-                version_at_send = server.version
-                server.inflight += 1
-                server.idle.clear()
-                t_send = time.perf_counter()
+                    await self.probe(server)  # before the gate: nothing may await between it and the send
+                await server.gate.enter()
                 try:
+                    if not server.up(time.monotonic()):
+                        continue  # went down (or stale) while we waited at its gate
+                    session = request.session if self.api == "vllm" or server.kind == "rlfactory" else None
+                    body = build_request(self.api, request, stop_ids, stops, seed=seed, model=self.served_model,
+                                         session=session)
+                    version_at_send = server.version
+                    t_send = time.perf_counter()
                     turn = await self._post(server, body, stop_ids)
                 finally:
-                    server.inflight -= 1
-                    if server.inflight == 0:
-                        server.idle.set()
+                    server.gate.leave()
             except _Rejected as e:
                 raise GenerationUnavailable(f"generation server {server.url} refused the request: {e}") from None
             except _ServerFault as e:
@@ -191,8 +189,7 @@ class ServerGenerator:
 
     async def hold(self, server: ServerState) -> None:
         """Stop sending turns to `server` and wait until those in flight there have come back."""
-        server.gate.clear()
-        await server.idle.wait()
+        await server.gate.close()
 
     def release(self, server: ServerState, version: int | None) -> None:
         """Reopen `server` after a sync: `version` it now holds, or None when the sync failed
@@ -202,7 +199,7 @@ class ServerGenerator:
             server.last_error = "weight sync failed"
         else:
             server.version, server.stale = int(version), False
-        server.gate.set()
+        server.gate.open()
 
     @property
     def client(self) -> httpx.AsyncClient:

@@ -227,3 +227,50 @@ def test_a_server_whose_sync_failed_gets_no_turns_until_one_succeeds():
 
         res = asyncio.run(use(g, main()))
     assert len(a.requests) == 1 and len(b.requests) == 3 and res.policy_version == 1
+
+
+def test_a_turn_woken_by_one_release_waits_for_an_update_that_began_before_it_ran():
+    """Back-to-back updates (asynchronous training pushes while turns wait at the gate): a turn
+    woken by the first release but not yet run when the second hold closes the gate again must
+    not be sent during the second update, and is served with the version after it."""
+    with FixtureServer(VLLM_STOP) as srv:
+        g = gen([srv.url])
+        server = g.servers[0]
+
+        async def main():
+            await g.submit(req("t0"))  # the server is probed and known
+            await g.hold(server)  # update to version 1
+            waiting = asyncio.ensure_future(g.submit(req("t1")))
+            await until(lambda: server.assigned == 1, "t1 waits at the gate")
+            g.release(server, 1)
+            await g.hold(server)  # update to version 2 begins before t1 has run
+            for _ in range(20):  # let every ready task run (t1 among them)
+                await asyncio.sleep(0)
+            sent_during_update = (server.inflight, len(srv.requests))
+            g.release(server, 2)
+            return sent_during_update, await waiting
+
+        sent_during_update, res = asyncio.run(use(g, main()))
+    assert sent_during_update == (0, 1) and res.policy_version == 2
+
+
+def test_a_turn_that_probes_its_server_is_not_sent_during_an_update_that_began_meanwhile():
+    """A server's first turn probes it (`/health`) first; an update that holds the server during
+    that probe finds nothing in flight, so the turn must wait for its release."""
+    with FixtureServer(VLLM_STOP) as srv:
+        g = gen([srv.url])
+        server = g.servers[0]
+
+        async def main():
+            turn = asyncio.ensure_future(g.submit(req("t1")))
+            await until(lambda: server.assigned == 1, "t1 picked its server")
+            await g.hold(server)  # nothing in flight yet: the update begins
+            await until(lambda: server.kind is not None, "the probe answered")
+            for _ in range(20):  # let every ready task run (t1 among them)
+                await asyncio.sleep(0)
+            sent_during_update = (server.inflight, len(srv.requests))
+            g.release(server, 1)
+            return sent_during_update, await turn
+
+        sent_during_update, res = asyncio.run(use(g, main()))
+    assert sent_during_update == (0, 0) and res.policy_version == 1

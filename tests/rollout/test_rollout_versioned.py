@@ -76,3 +76,58 @@ def test_an_update_drops_the_kept_caches_computed_by_the_old_weights():
 
     assert asyncio.run(scenario()) == 1 and gen.kept_sessions == 0
     gen.close()
+
+
+
+def test_a_turn_woken_by_one_update_waits_for_the_next_update_that_began_before_it_ran():
+    """Back-to-back updates from one task (the second closes the gate again before the turns the
+    first release woke have run): a waiting turn must not be generated while the second update
+    loads its weights; it is generated after it, by the new version."""
+    from rlfactory.rollout.generator import GenResult
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.loading: int | None = None
+            """The version whose weights are being loaded (set before its update starts)."""
+            self.seen: list[int | None] = []
+
+        async def submit(self, request):
+            self.seen.append(self.loading)
+            return GenResult([1], [0.0], "stop")
+
+    rec = Recorder()
+    versioned = VersionedGenerator(rec, version=0)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        release_first, first_loading = asyncio.Event(), asyncio.Event()
+        release_second, second_loading = asyncio.Event(), asyncio.Event()
+
+        def first_load() -> None:
+            loop.call_soon_threadsafe(first_loading.set)
+            asyncio.run_coroutine_threadsafe(release_first.wait(), loop).result()
+            rec.loading = None
+
+        def second_load() -> None:
+            loop.call_soon_threadsafe(second_loading.set)
+            asyncio.run_coroutine_threadsafe(release_second.wait(), loop).result()
+            rec.loading = None
+
+        async def two_updates() -> None:
+            rec.loading = 1
+            await versioned.update(first_load, 1)
+            rec.loading = 2  # no await between the first update's end and the second's start
+            await versioned.update(second_load, 2)
+
+        updates = asyncio.ensure_future(two_updates())
+        await first_loading.wait()
+        turn = asyncio.ensure_future(versioned.submit(GenRequest(list(PROMPT), 1, SamplingConfig(), stop_token_ids=[])))
+        await asyncio.sleep(0)  # the turn waits at the gate
+        release_first.set()
+        await second_loading.wait()  # woken with the first release, the turn has run by now if it could
+        release_second.set()
+        await updates
+        return await turn
+
+    result = asyncio.run(scenario())
+    assert rec.seen == [None] and result.policy_version == 2

@@ -1,8 +1,9 @@
 """End to end, the README's "Generation servers" commands for real: two `rlfactory serve`
 processes generate for `rlfactory train` (real MCP calculator tool, tiny budgets) and for
 `rlfactory rollout`. The trajectories carry the versions the servers reported, the servers'
-versions advance with the trainer, and the servers end with exactly the learner's final weights. With every server down, trajectories end infra_error and
-the commands still finish."""
+versions advance with the trainer, and the servers end with exactly the learner's final weights, also with asynchronous training
+(`trainer.max_staleness: 1`) and its resume. With every server down, trajectories end infra_error
+and the commands still finish."""
 
 from __future__ import annotations
 
@@ -158,3 +159,55 @@ def test_with_every_server_down_trajectories_are_infra_errors_and_the_commands_f
     step = next(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if "reward/mean" in line)
     assert step["status/infra_error"] == 4 and step["batch/kept"] == 0 and step["weight_sync/failed"] == 2
     assert "unreachable" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_async_training_on_two_servers_stays_one_version_behind_and_resumes(servers, tmp_path, capsys):
+    """`trainer.max_staleness: 1` on the servers: the next step's rollout overlaps each update, the
+    servers get every version, no trained turn is more than one version stale, and `--resume`
+    continues from the checkpoint (the servers first get the restored weights)."""
+    run = tmp_path / "run"
+    args = [*command("train"), urls_override(servers), f"trainer.run_dir={run}", "trainer.max_staleness=1",
+            "trainer.save_every=1", *SMALL]
+
+    def check(first: int, last: int) -> None:
+        metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        steps = [m for m in metrics if "reward/mean" in m]
+        assert [m["step"] for m in steps] == list(range(1, last + 1))
+        for m in steps[first - 1:]:
+            assert m["weight_sync/ok"] == 2 and m["weight_sync/failed"] == 0 and m["policy_version"] == m["step"]
+            assert m["async/staleness_max"] <= 1 and m["async/dropped_stale"] == 0 and m["batch/kept"] == 4
+        for step in range(first, last + 1):
+            trajs = read_jsonl(run / "trajectories" / f"step_{step:06d}.jsonl")
+            for t in trajs:  # each called the MCP calculator on its server and answered with its result
+                assert t.status == "ok" and [(c.name, c.status) for c in t.tool_calls] == [("evaluate", "ok")]
+                assert t.reward == 1.0
+                versions = [s.policy_version for s in t.segments if s.role == "model"]
+                # trained at version step-1; sampled by it or the one before (and never before the start)
+                assert len(versions) == 2 and set(versions) <= {max(step - 2, first - 1), step - 1}
+        final = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / f"step_{last:06d}" / "model", dtype=torch.float32)
+        for url in servers:
+            digest = httpx.get(url + "/weights_digest", timeout=60).json()
+            assert digest == {"sha256": weights_digest(final), "policy_version": last}
+
+    updates = {u: health(u)["updates"] for u in servers}
+    waited = {u: health(u)["updates_waited"] for u in servers}
+    assert main([*args, "trainer.steps=3"]) == 0, capsys.readouterr().err
+    check(1, 3)
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # step 2 was rolled out while step 1 trained: its first turns were sampled by version 0
+    assert metrics[1]["async/staleness_max"] == 1
+    for url in servers:  # the start's version, then one push per step
+        h = health(url)
+        assert h["policy_version"] == 3 and h["updates"] - updates[url] == 4
+        updates[url] = h["updates"]
+
+    # Resume: the rollouts in flight at the end were not checkpointed; the servers get the restored
+    # weights (version 3) before step 4 is rolled out, then one push per step.
+    assert main([*args, "trainer.steps=5", "--resume"]) == 0, capsys.readouterr().err
+    check(4, 5)
+    for url in servers:
+        h = health(url)
+        assert h["policy_version"] == 5 and h["updates"] - updates[url] == 3
+        # the trainer held each server (no turn of its in flight there) before updating it
+        assert h["updates_waited"] == waited[url]
