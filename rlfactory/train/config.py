@@ -166,12 +166,12 @@ class TrainerConfig(Section):
     `--resume` regenerates them with the restored weights."""
     learner_threads: int | None = None
     """With max_staleness >= 1 and the local generator on the CPU, learning and generation run at
-    the same time in two threads of this process: torch CPU threads of the learner's. Unset = half
-    of the process's threads (rounded up); the generator gets the rest (`generator_threads`), so
-    the two do not oversubscribe the cores. Unused otherwise."""
+    the same time, in two threads of this process: torch CPU threads of the learner's. Unset = all
+    of the process's; the learner's thread runs at a lower priority (nice 10 on Linux), so where
+    the two contend for cores generation goes first and the learner takes what it leaves."""
     generator_threads: int | None = None
-    """Torch CPU threads of the local generator's thread in that case; unset = the threads the
-    learner leaves (at least 1)."""
+    """Torch CPU threads of the local generator's thread in that case; unset = a quarter of the
+    process's, at least 1."""
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":

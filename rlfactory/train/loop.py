@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,6 @@ class Trainer:
         self.sampler = PromptSampler(train_rows, tr.prompts_per_step, tr.seed)
         self.step_done = 0
         self.version = 0
-        self.learner_threads: int | None = None  # torch threads of the learner's worker thread (async pipeline)
         self.policy.eval()
 
     # ---- the step ---------------------------------------------------------------------------
@@ -167,10 +167,11 @@ class Trainer:
             _rename_groups(local, self.parallel.share(group_names(all_rows)), algo.group_size)
         return StepRollout(local, t0, time.perf_counter() - t0, synced)
 
-    async def learn(self, step: int, rollout: StepRollout, in_thread: bool = False) -> tuple[dict[str, float], list[Trajectory]]:
-        """Score `rollout`, train on the whole step's trajectories (in a worker thread when
-        `in_thread`, so the event loop keeps rolling out meanwhile), bump the version and push it
-        to the generators.
+    async def learn(self, step: int, rollout: StepRollout,
+                    executor: Executor | None = None) -> tuple[dict[str, float], list[Trajectory]]:
+        """Score `rollout`, train on the whole step's trajectories (in `executor`'s thread when
+        given, so the event loop keeps rolling out meanwhile), bump the version and push it to the
+        generators.
 
         A trajectory with a model segment more than trainer.max_staleness versions behind the
         weights being trained is left out of the baseline and the loss (async_pipeline.py)."""
@@ -198,7 +199,10 @@ class Trainer:
         t1 = time.perf_counter()
         if keep.any():
             args = (step, trajs, owners, rewards, groups, valid, keep)
-            metrics.update(await asyncio.to_thread(self._learn_in_thread, *args) if in_thread else self._learn(*args))
+            if executor is None:
+                metrics.update(self._learn(*args))
+            else:
+                metrics.update(await asyncio.get_running_loop().run_in_executor(executor, self._learn, *args))
             self.parallel.sync_replica(self.policy, self.replica)
             if self.parallel.world_size > 1 and self.cfg.trainer.log_trajectories:
                 trajs = self.parallel.gather(local)  # with the annotations the update wrote on each rank's own
@@ -219,13 +223,6 @@ class Trainer:
             "time/step_s": time.perf_counter() - t0,
         })
         return metrics, trajs
-
-    def _learn_in_thread(self, *args: Any) -> dict[str, float]:
-        """`_learn` in a worker thread, with `learner_threads` torch threads there (set by the async
-        pipeline so learning and generation split the cores)."""
-        if self.learner_threads is not None and torch.get_num_threads() != self.learner_threads:
-            torch.set_num_threads(self.learner_threads)  # per thread: the event loop's and the generator's keep theirs
-        return self._learn(*args)
 
     def _learn(self, step: int, trajs: list[Trajectory], owners: torch.Tensor, rewards: torch.Tensor,
                groups: torch.Tensor, valid: torch.Tensor, keep: torch.Tensor) -> dict[str, float]:

@@ -222,10 +222,29 @@ def test_max_staleness_with_the_ray_backend_is_a_config_error(tmp_path):
 
 
 def test_the_learner_and_the_generator_split_the_cores():
-    assert split_threads(None, None, available=2) == (1, 1)
-    assert split_threads(None, None, available=5) == (3, 2)
+    assert split_threads(None, None, available=2) == (2, 1)
+    assert split_threads(None, None, available=16) == (16, 4)
     assert split_threads(None, None, available=1) == (1, 1)  # never 0
     assert split_threads(3, None, available=4) == (3, 1) and split_threads(2, 6, available=2) == (2, 6)
+
+
+def test_the_learner_thread_has_its_own_thread_count_and_a_lower_priority():
+    import os
+    import sys
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlfactory.train.async_pipeline import LEARNER_NICE, learner_thread
+
+    def probe():
+        return torch.get_num_threads(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = probe()
+    with ThreadPoolExecutor(1, initializer=learner_thread, initargs=(1,)) as pool:
+        threads, nice = pool.submit(probe).result()
+    assert threads == 1 and probe() == mine  # this thread kept its own
+    if sys.platform.startswith("linux"):
+        assert nice == min(mine[1] + LEARNER_NICE, 19)
 
 
 def test_the_generators_thread_runs_with_its_own_thread_count():
