@@ -79,7 +79,7 @@ class DecodeLoop:
         self.gates: dict[tuple[str, ...], list[bool]] = {}
         self._plan: tuple[int, MaskPlan | None, MaskPlan | None] | None = None
         self._keep_rows: tuple[int, torch.Tensor | None] | None = None
-        self._size_hint = (8, 64)  # the last cache's slots and columns: a new one starts there (no regrowing)
+        self._cache_key: tuple | None = None  # (model, dtype, device) the cache's buffers were made for
         self.stats = {"steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0,
                       "shared_prefix_tokens": 0, "moved_rows": 0, "tokens": 0, "busy_s": 0.0}
 
@@ -91,10 +91,14 @@ class DecodeLoop:
         return [r for r in self.rows if r is not None]
 
     def reset(self) -> None:
-        """Drop the running batch (the kept sessions stay)."""
-        if self.cache is not None:
-            self._size_hint = (self.cache.slots, self.cache.columns)
-        self.cache, self.rows, self.length, self.last, self._sampling, self._keep_rows = None, [], [], [], None, None
+        """Drop the running batch (the kept sessions stay, and so do the cache's buffers: the next
+        rows write their columns before anything reads them; `release` frees them)."""
+        self.rows, self.length, self.last, self._sampling, self._keep_rows = [], [], [], None, None
+
+    def release(self) -> None:
+        """Drop the running batch and free the cache's buffers (and recorded CUDA graphs)."""
+        self.reset()
+        self.cache = None
         if self.static is not None:
             self.static.release()
 
@@ -303,9 +307,12 @@ class DecodeLoop:
         """A free slot with room for `need` columns (growing the cache when it must); `expected`:
         how many rows the batch is about to hold (sizes a new cache)."""
         self._version += 1
+        key = self._model_key()
+        if self.cache is not None and not self.rows and key != self._cache_key:
+            self.release()  # buffers made for another model (or dtype, device): not reusable
         if self.cache is None:
-            slots, columns = self._size_hint
-            self.cache = SlotCache(slots=max(slots, expected), columns=max(need, columns), device=self.device)
+            self._cache_key = key
+            self.cache = SlotCache(slots=max(8, expected), columns=max(need, 64), device=self.device)
         slot = next((i for i, r in enumerate(self.rows) if r is None), len(self.rows))
         if slot == len(self.rows):
             self.rows.append(None)
@@ -316,6 +323,11 @@ class DecodeLoop:
             c.reserve(slots=2 * c.slots if slot >= c.slots else 0,
                       columns=max(need, c.columns + c.columns // 2) if need > c.columns else 0)
         return slot
+
+    def _model_key(self) -> tuple:
+        model = self.model()
+        p = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+        return id(model), getattr(p, "dtype", None), self.device
 
     def _admit(self, row: Row, kv: RowKV, token: int, expected: int = 8) -> None:
         """Put a row prefilled in a cache of its own into a free slot."""

@@ -8,9 +8,10 @@ it, and hands back each sequence that hit a stop token, a stop string or its max
 request joins the batch at the next step after it arrives and leaves it the step it finishes;
 nobody waits for the slowest sequence of a batch.
 
-Nothing is kept between worker sessions except the caches kept under a request's `session`
-(released by `forget`, which the engine calls when a trajectory ends): once the queue drains the
-batch is dropped, so the trainer may update or replace `generator.model` between rollouts.
+Kept between worker sessions: the caches kept under a request's `session` (released by `forget`,
+which the engine calls when a trajectory ends) and the decode cache's buffers (freed by
+`free_cache`, or when `generator.model` is replaced by another model). Once the queue drains the
+batch itself is dropped, so the trainer may update or replace `generator.model` between rollouts.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class LocalGenerator:
                                static=static)
         self._pending: list[Row] = []
         self._worker: asyncio.Task | None = None
+        self._free_pending = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlfactory-gen")
         self.threads: int | None = None
         """Torch CPU threads of the generation thread; None = the process's (asynchronous training
@@ -128,12 +130,23 @@ class LocalGenerator:
             else:
                 self.loop.sessions.pop(session, None)
 
+    def free_cache(self) -> None:
+        """Free the decode cache's buffers (kept between worker sessions so that a rollout does not
+        reallocate and regrow them whenever its batch drains, e.g. while every trajectory waits for
+        a tool) once no generation is running: call it when the memory is needed elsewhere, e.g.
+        before a training step."""
+        if self._worker is None or self._worker.done():
+            self.loop.release()
+        else:
+            self._free_pending = True
+
     def reseed(self, seed: int) -> None:
         """Reseed the sampling RNG (the trainer does this per step for reproducible draws)."""
         self.rng.manual_seed(int(seed))
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        self.loop.release()
 
     # ---- worker -----------------------------------------------------------------------------
 
@@ -163,6 +176,9 @@ class LocalGenerator:
                 raise
         finally:
             self.loop.reset()
+            if self._free_pending:
+                self.loop.release()
+                self._free_pending = False
             if was_training:
                 model.train()
 

@@ -165,7 +165,16 @@ class Trainer:
                                       seeds=self.parallel.share(seeds))
         if self.parallel.world_size > 1:  # name groups and ids as one process would (unique over ranks)
             _rename_groups(local, self.parallel.share(group_names(all_rows)), algo.group_size)
+        if sync_weights:
+            self._release_generation_memory()
         return StepRollout(local, t0, time.perf_counter() - t0, synced)
+
+    def _release_generation_memory(self) -> None:
+        """Synchronous steps: free the local generator's decode cache before training (it keeps it
+        between its worker sessions). Asynchronous ones keep generating meanwhile."""
+        free = getattr(self.session.generator, "free_cache", None)
+        if free is not None and self.cfg.trainer.max_staleness == 0:
+            free()
 
     async def learn(self, step: int, rollout: StepRollout,
                     executor: Executor | None = None) -> tuple[dict[str, float], list[Trajectory]]:
@@ -335,7 +344,9 @@ class Trainer:
         if self.weight_sync is not None:  # e.g. asynchronous training: the generator's copy may lag
             await self.weight_sync.ensure(self.policy, self.version)
         self._reseed_generation(derive_seed(tr.seed, self.step_done, "eval"))
-        return await evaluate(self.engine, self.reward, rows, greedy=True, policy_version=self.version)
+        report = await evaluate(self.engine, self.reward, rows, greedy=True, policy_version=self.version)
+        self._release_generation_memory()
+        return report
 
     # ---- checkpoints ------------------------------------------------------------------------
 

@@ -87,3 +87,59 @@ def test_both_prefills_decode_like_generate_across_turns(in_slots):
     for c, r in zip(contexts, second):
         want = model.generate(torch.tensor([c]), max_new_tokens=4, do_sample=False, eos_token_id=None, pad_token_id=0)
         assert r.token_ids == want[0, len(c):].tolist()
+
+
+def _greedy_reference(model, prompt, n):
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def test_the_decode_cache_is_kept_between_worker_sessions_until_freed_or_the_model_changes():
+    """A drained batch keeps the cache's buffers (a rollout's batch drains whenever every trajectory
+    waits for a tool; reallocating then meant page faults and regrowing copies); a new model gets
+    new buffers; `free_cache` frees them at once when idle, else when the running session ends."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    model = tiny_random_lm()
+    greedy = SamplingConfig(greedy=True)
+    gen = LocalGenerator(model, pad_id=0)
+    prompts = [[(3 * i + j) % 250 + 1 for j in range(5 + 3 * i)] for i in range(3)]
+    reqs = [GenRequest(p, max_new_tokens=6, sampling=greedy) for p in prompts]
+    first = asyncio.run(gen.generate(reqs))
+    cache = gen.loop.cache
+    assert cache is not None and gen.loop.live == 0  # the session ended, the buffers stayed
+    second = asyncio.run(gen.generate(reqs))
+    assert gen.loop.cache is cache  # reused, not reallocated
+    for p, a, b in zip(prompts, first, second):
+        assert a.token_ids == b.token_ids == _greedy_reference(model, p, 6)
+
+    torch.manual_seed(1)  # another model with other cache shapes
+    other = Qwen3ForCausalLM(Qwen3Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                         num_attention_heads=4, num_key_value_heads=1, head_dim=8)).eval()
+    gen.model = other
+    third = asyncio.run(gen.generate(reqs))
+    assert gen.loop.cache is not cache and len(gen.loop.cache.layers) == 3
+    for p, r in zip(prompts, third):
+        assert r.token_ids == _greedy_reference(other, p, 6)
+
+    gen.free_cache()  # idle: at once
+    assert gen.loop.cache is None
+
+    async def free_while_generating():
+        started = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def note(requests, generated, logits):
+            loop.call_soon_threadsafe(started.set)
+            return logits
+
+        gen.logits_processor = note
+        task = asyncio.ensure_future(gen.generate(reqs))
+        await started.wait()
+        gen.free_cache()  # a session is running: freed when it ends, not under it
+        assert gen.loop.cache is not None
+        return await task
+
+    fourth = asyncio.run(free_while_generating())
+    assert gen.loop.cache is None
+    assert [r.token_ids for r in fourth] == [r.token_ids for r in third]

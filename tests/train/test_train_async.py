@@ -276,3 +276,12 @@ def test_thread_counts_below_one_are_config_errors(tmp_path):
 
     with pytest.raises(ConfigError, match="learner_threads"):
         load_config(RunConfig, run_config(tmp_path, trainer={"learner_threads": 0}))
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_synchronous_steps_free_the_generators_cache_before_training_and_async_ones_do_not(tmp_path, k):
+    trainer = _trainer(tmp_path, [], max_staleness=k)
+    freed = []
+    trainer.session.generator.free_cache = lambda: freed.append(True)
+    trainer._release_generation_memory()
+    assert freed == ([True] if k == 0 else [])
