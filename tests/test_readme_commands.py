@@ -17,14 +17,7 @@ SMALL_SEARCH = ["sampling.seed=0", "rollout.max_new_tokens=16", "rollout.max_tot
                 "env.options.n_train_entities=20", "env.options.n_test_entities=6"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_readme_lists_the_commands_tested_here():

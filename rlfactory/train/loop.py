@@ -41,13 +41,12 @@ from rlfactory.algos.advantages import (
 )
 from rlfactory.config import dump_config
 from rlfactory.envs.base import Env
-from rlfactory.rewards.base import Reward, score_all
+from rlfactory.rewards.base import score_all
 from rlfactory.rollout.build import pad_id_of
-from rlfactory.run_state import write_run_state
 from rlfactory.rollout.engine import group_names
+from rlfactory.run_state import write_run_state
 from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, is_weight_stats
-from rlfactory.trajectory import Trajectory
 from rlfactory.train.batch import collate, empty_batch, loss_tokens
 from rlfactory.train.checkpoint import (
     CheckpointMeta,
@@ -59,7 +58,13 @@ from rlfactory.train.checkpoint import (
 )
 from rlfactory.train.config import RunConfig
 from rlfactory.train.critic import Critic
-from rlfactory.train.data import PromptSampler, derive_seed, pin_threads, seed_everything, step_generator
+from rlfactory.train.data import (
+    PromptSampler,
+    derive_seed,
+    pin_threads,
+    seed_everything,
+    step_generator,
+)
 from rlfactory.train.evaluate import evaluate
 from rlfactory.train.logprobs import batched_logprobs
 from rlfactory.train.metrics import logprob_mismatch, tensor_stats, trajectory_metrics
@@ -75,6 +80,7 @@ from rlfactory.train.parallel import Parallel, RowLayout, SingleProcess
 from rlfactory.train.runlog import RunLog
 from rlfactory.train.update import PolicyUpdate, UpdateData
 from rlfactory.train.weight_sync import make_weight_sync
+from rlfactory.trajectory import Trajectory
 
 
 @dataclass

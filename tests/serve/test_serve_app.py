@@ -17,7 +17,6 @@ import httpx
 import pytest
 import torch
 from safetensors.torch import save
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlfactory.rollout.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
@@ -26,28 +25,16 @@ from rlfactory.rollout.server_generator import ServerGenerator
 from rlfactory.serve.app import build_app
 from rlfactory.serve.served import ServedModel
 from rlfactory.serve.thread import AppThread
-from rlfactory.tiny import resolve_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "rollout" / "fixtures"
 PROMPT = [5, 6, 7, 8, 9]
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
 def fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    path = resolve_model("tiny:1m")
-    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
 
 
 @pytest.fixture

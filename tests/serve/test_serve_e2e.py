@@ -32,19 +32,14 @@ SMALL = ["rollout.max_new_tokens=64", "rollout.max_total_tokens=700", "trainer.p
 SCRIPT = ["--logits-processor", "scripted_calculator:policy"]
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
 def readme_commands() -> list[list[str]]:
     """The `.venv/bin/rlfactory ...` lines of the README's Generation servers section."""
     text = (ROOT / "README.md").read_text()
     section = text.split("## Generation servers", 1)[1].split("\n## ", 1)[0]
     return [shlex.split(line.rstrip(" &")) for line in re.findall(r"^    \.venv/bin/rlfactory (.+)$", section, re.M)]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

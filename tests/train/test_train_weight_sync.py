@@ -16,7 +16,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlfactory.rollout.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
@@ -25,25 +24,13 @@ from rlfactory.serve.app import build_app
 from rlfactory.serve.process import free_port
 from rlfactory.serve.served import ServedModel
 from rlfactory.serve.thread import AppThread
-from rlfactory.tiny import resolve_model
 from rlfactory.train.weight_sync import WeightSync, make_weight_sync, policy_tensors
 from rlfactory.train.weight_sync_vllm import VllmNccl
 
 FIXTURES = Path(__file__).resolve().parents[1] / "rollout" / "fixtures"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    path = resolve_model("tiny:1m")
-    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
