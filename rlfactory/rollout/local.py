@@ -79,8 +79,9 @@ class LocalGenerator:
         self._free_pending = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlfactory-gen")
         self.threads: int | None = None
-        """Torch CPU threads of the generation thread; None = the process's (asynchronous training
-        sets it so that generation and the learner's thread split the cores)."""
+        """Torch CPU threads of the generation thread; None = the process's (as when the generator
+        was made). Asynchronous training lowers it while the learner trains (they share the cores)."""
+        self._process_threads = torch.get_num_threads()
 
     @property
     def logits_processor(self) -> Callable | None:
@@ -183,8 +184,9 @@ class LocalGenerator:
                 model.train()
 
     def _step(self, new: list[Row]) -> list[Row]:
-        if self.threads is not None and torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)  # this thread's own count (OpenMP's is per thread)
+        threads = self.threads or self._process_threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)  # this thread's own count (OpenMP's is per thread)
         return self.loop.step(new)
 
     def _result(self, row: Row) -> GenResult:

@@ -3,9 +3,11 @@ steps run while the learner trains the current one.
 
 Step s (1-based) is rolled out once the learner holds version >= s-1-k, i.e. its rollout starts
 when step s-k begins to train, so generation, tool calls and scoring of steps s+1..s+k overlap
-the update of step s (which runs in a worker thread, off the event loop). Where the gain comes
-from: the learner no longer waits for the slowest trajectory of each step (a long tool call), and
-the rollout no longer waits for the update.
+the update of step s (which runs in a thread of its own, off the event loop). An empty pipeline
+(the first step, or after a resume) fills one rollout at a time: nothing trains before the first
+one is done, and a second beside it would only slow it down. Where the gain comes from: the
+learner no longer waits for the slowest trajectory of each step (a long tool call), and the
+rollout no longer waits for the update.
 
 Versions. The learner's weights after step s are version s. Generation never reads weights that
 the optimizer is writing:
@@ -167,6 +169,9 @@ class AsyncPipeline:
         self.rollouts: dict[int, asyncio.Task] = {}
         self._synced = False
         self.local: LocalWeightSync | None = None
+        self.generator_threads: int | None = None
+        """The local generator's torch threads while the learner trains (None: unchanged); it
+        has the process's while the learner waits for a rollout."""
         learner_threads = torch.get_num_threads()
         if self.k > 0 and trainer.parallel.world_size > 1:
             raise ValueError("trainer.max_staleness >= 1 is not supported with the FSDP learner (torchrun) yet")
@@ -175,8 +180,8 @@ class AsyncPipeline:
             if isinstance(gen, LocalGenerator):
                 self.local = LocalWeightSync(gen, trainer.version)
                 if gen.device.type == "cpu":  # learning and generation share the cores
-                    learner_threads, gen.threads = split_threads(trainer.cfg.trainer.learner_threads,
-                                                                 trainer.cfg.trainer.generator_threads)
+                    learner_threads, self.generator_threads = split_threads(trainer.cfg.trainer.learner_threads,
+                                                                            trainer.cfg.trainer.generator_threads)
                 trainer.engine.generator = self.local.versioned
                 trainer.weight_sync = self.local
             elif trainer.weight_sync is None:
@@ -192,20 +197,36 @@ class AsyncPipeline:
         if not self._synced and t.weight_sync is not None:
             await t.weight_sync.ensure(t.policy, t.version)  # before anything reads the weights concurrently
         self._synced = True
-        for s in range(step, min(step + self.k, t.cfg.trainer.steps) + 1):
-            if s not in self.rollouts:
-                # k >= 1: no weight sync from the rollout (the learner may be writing the weights)
-                self.rollouts[s] = asyncio.ensure_future(t.roll_out(s, sync_weights=self.k == 0))
         t0 = time.perf_counter()
+        if step not in self.rollouts:
+            # The pipeline is empty (the first step, or a resume): nothing can train before this
+            # rollout is done, so it runs alone; the later ones start with its update.
+            self._start(step)
+            await asyncio.wait([self.rollouts[step]])
+        self._start(*range(step + 1, min(step + self.k, t.cfg.trainer.steps) + 1))
         rollout = await self.rollouts.pop(step)
         waited = time.perf_counter() - t0
-        metrics, trajs = await t.learn(step, rollout, executor=self.learner)
+        gen = self.local.versioned.generator if self.local is not None else None
+        if gen is not None and self.generator_threads is not None:
+            gen.threads = self.generator_threads  # share the cores with the learner ...
+        try:
+            metrics, trajs = await t.learn(step, rollout, executor=self.learner)
+        finally:
+            if gen is not None:
+                gen.threads = None  # ... and take them all back while it waits
         if self.k > 0:
             metrics["time/wait_rollout_s"] = waited
             metrics["async/learner_threads"] = float(self.learner_threads)
-            if self.local is not None and self.local.versioned.generator.threads is not None:
-                metrics["async/generator_threads"] = float(self.local.versioned.generator.threads)
+            if self.generator_threads is not None:
+                metrics["async/generator_threads"] = float(self.generator_threads)
         return metrics, trajs
+
+    def _start(self, *steps: int) -> None:
+        """Start the rollouts of `steps` not yet in flight (with k >= 1 without a weight sync: the
+        learner may be writing the weights)."""
+        for s in steps:
+            if s not in self.rollouts:
+                self.rollouts[s] = asyncio.ensure_future(self.trainer.roll_out(s, sync_weights=self.k == 0))
 
     async def close(self) -> None:
         """Cancel the rollouts still in flight (they are not checkpointed; see the module doc)."""
