@@ -82,15 +82,17 @@ def _run_rank(cfg, resume: bool) -> int:
     from rlfactory.train.loop import train
 
     learner = FsdpLearner(cfg.fsdp)
+    finished = False
     try:
         check_config(cfg, learner.world_size)
         history = asyncio.run(train(cfg, resume=resume, parallel=learner))
+        finished = True
     except FileExistsError as e:
         if learner.is_main:
             print(f"rlfactory train: {e}", file=sys.stderr)
         return 2
     finally:
-        learner.close()
+        learner.close(synchronize=finished)
     if learner.is_main:
         _report(history, cfg)
     return 0

@@ -115,8 +115,15 @@ class FsdpLearner:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def close(self) -> None:
+    def close(self, synchronize: bool = True) -> None:
+        """Destroy the process group. `synchronize` (every rank got here without an error): first
+        a barrier, so that no rank tears its gloo connections down while a peer still finishes the
+        last collective on them (a peer's gloo thread then aborts the process: "terminate called
+        without an active exception", seen once in CI). Without it a rank that failed does not
+        wait for the others."""
         if dist.is_initialized():
+            if synchronize:
+                dist.barrier()
             dist.destroy_process_group()
 
     # ---- rows and gathers -------------------------------------------------------------------
