@@ -168,7 +168,8 @@ def env_options(cfg) -> dict[str, Any]:
 async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
     from rlfactory.rollout.build import open_rollout
     from rlfactory.train.async_pipeline import AsyncPipeline
-    from rlfactory.train.loop import Trainer, load_env_data
+    from rlfactory.train.loop import Trainer
+    from rlfactory.train.run import load_env_data
 
     env = latency_env(env_options(cfg), args.median, args.sigma)
     processor = None

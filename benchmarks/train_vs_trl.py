@@ -187,7 +187,7 @@ def run_rlfactory(model_dir: str, tools: bool, a: argparse.Namespace, work: Path
     from rlfactory.config import validate
     from rlfactory.trajectory import read_jsonl
     from rlfactory.train.config import RunConfig
-    from rlfactory.train.loop import train
+    from rlfactory.train.run import train
 
     data = work / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows()))

@@ -52,7 +52,7 @@ async def train_from(cfg: Any, model_path: str, run_dir: Path) -> tuple[list[dic
     """`rlfactory train` of `cfg` starting from `model_path`, into `run_dir`: (the steps' metrics,
     the last checkpoint's model folder). The experiment and the demo train their warm start so."""
     from rlfactory.train.checkpoint import latest_checkpoint
-    from rlfactory.train.loop import train
+    from rlfactory.train.run import train
 
     train_cfg = cfg.model_copy(deep=True)
     train_cfg.model.path = model_path

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.overrides)
     if launched_by_torchrun():
         return _run_rank(cfg, args.resume)
-    from rlfactory.train.loop import train
+    from rlfactory.train.run import train
 
     open_session = None
     stops: tuple[type[Exception], ...] = (FileExistsError,)  # reported in one line
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_rank(cfg, resume: bool) -> int:
     """This process is one rank of a torchrun launch: train with the FSDP2 learner."""
     from rlfactory.distributed.fsdp import FsdpLearner, check_config
-    from rlfactory.train.loop import train
+    from rlfactory.train.run import train
 
     learner = FsdpLearner(cfg.fsdp)
     finished = False

@@ -39,18 +39,14 @@ from rlfactory.algos.advantages import (
     get_advantage,
     outcome_to_token_rewards,
 )
-from rlfactory.config import dump_config
-from rlfactory.envs.base import Env
 from rlfactory.rewards.base import score_all
 from rlfactory.rollout.build import pad_id_of
 from rlfactory.rollout.engine import group_names
-from rlfactory.run_state import write_run_state
 from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, is_weight_stats
 from rlfactory.train.batch import collate, empty_batch, loss_tokens
 from rlfactory.train.checkpoint import (
     CheckpointMeta,
-    latest_checkpoint,
     load_checkpoint,
     read_meta,
     save_checkpoint,
@@ -58,13 +54,7 @@ from rlfactory.train.checkpoint import (
 )
 from rlfactory.train.config import RunConfig
 from rlfactory.train.critic import Critic
-from rlfactory.train.data import (
-    PromptSampler,
-    derive_seed,
-    pin_threads,
-    seed_everything,
-    step_generator,
-)
+from rlfactory.train.data import PromptSampler, derive_seed, seed_everything, step_generator
 from rlfactory.train.evaluate import evaluate
 from rlfactory.train.logprobs import batched_logprobs
 from rlfactory.train.metrics import logprob_mismatch, tensor_stats, trajectory_metrics
@@ -428,78 +418,3 @@ def _progress(total: int, initial: int, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, file=sys.stderr, desc="train", unit="step", dynamic_ncols=True)
-
-
-def check_run_dir(cfg: RunConfig, resume: bool) -> tuple[Path, Path | None]:
-    """(run_dir, checkpoint to resume); a FileExistsError when run_dir holds checkpoints and
-    `resume` is off. Writes nothing."""
-    run_dir = Path(cfg.trainer.run_dir)
-    ckpt = latest_checkpoint(run_dir) if resume else None
-    if not resume and latest_checkpoint(run_dir) is not None:
-        raise FileExistsError(f"{run_dir} already holds checkpoints: pass --resume to continue, or pick another trainer.run_dir")
-    return run_dir, ckpt
-
-
-def write_run_config(cfg: RunConfig, run_dir: Path) -> None:
-    """Create run_dir and write the resolved config.yaml."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
-
-
-def load_env_data(env: Env, split: str) -> list[dict]:
-    try:
-        return list(env.load_split(split))
-    except (NotImplementedError, KeyError, FileNotFoundError, ValueError):
-        if split == "train":
-            raise
-        return []
-
-
-async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
-                parallel: Parallel | None = None) -> list[dict[str, float]]:
-    """`rlfactory train`: run (or continue) the configured training; returns the new steps' metrics.
-
-    The env, tools, reward and data are checked (rlfactory/rollout/prepare.py) before the run
-    directory is written to. `open_session(cfg, **checks)` opens the rollout session (default:
-    rlfactory.rollout.build.open_rollout, everything in this process; `rlfactory train` passes
-    rlfactory.distributed.open_ray_rollout for `trainer.backend: ray`). `parallel`: this process's
-    rank of the FSDP learner under torchrun (every rank calls this; rank 0 writes the run
-    directory's files); default one process."""
-    from rlfactory.rollout.build import open_rollout
-
-    parallel = parallel if parallel is not None else SingleProcess()
-    pin_threads()
-    if open_session is None and cfg.trainer.backend != "local":
-        raise ValueError(f"trainer.backend {cfg.trainer.backend!r} needs its session opener "
-                         "(rlfactory train passes rlfactory.distributed.open_ray_rollout)")
-    run_dir, ckpt = check_run_dir(cfg, resume)
-    main = parallel.is_main
-    splits = ("train", "test") if cfg.trainer.eval_every else ("train",)
-    async with (open_session or open_rollout)(cfg, reward_mode="required", check_splits=splits) as session:
-        env, reward = session.env, session.reward
-        train_rows = load_env_data(env, "train")
-        test_rows = load_env_data(env, "test") if cfg.trainer.eval_every else None
-        if main:
-            write_run_config(cfg, run_dir)
-            if resume and ckpt is None:
-                print(f"rlfactory train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
-        trainer = Trainer(cfg, session, reward, train_rows, test_rows, parallel=parallel)
-        if ckpt is not None:
-            trainer.restore(ckpt)
-        log = RunLog(run_dir, resume_step=trainer.step_done if ckpt is not None else None) if main else None
-        state = write_run_state if main else (lambda *args: None)
-        state(run_dir, "running")
-        try:
-            history = await trainer.run(log)
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            state(run_dir, "stopped", f"interrupted at step {trainer.step_done} of {cfg.trainer.steps}")
-            raise
-        except BaseException as e:
-            state(run_dir, "failed", f"{type(e).__name__}: {e}"[:500])
-            raise
-        finally:
-            if log is not None:
-                log.close()
-        done = trainer.step_done >= cfg.trainer.steps
-        state(run_dir, "finished" if done else "stopped", f"step {trainer.step_done} of {cfg.trainer.steps}")
-        return history

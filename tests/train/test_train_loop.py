@@ -266,7 +266,7 @@ def test_a_run_that_raises_says_failed_and_why_in_run_state(tmp_path, capsys, mo
 
     monkeypatch.setattr(Trainer, "step", boom)
     cfg = run_config(tmp_path, trainer={"steps": 2})
-    from rlfactory.train.loop import train
+    from rlfactory.train.run import train
 
     with pytest.raises(RuntimeError):
         asyncio.run(train(load_config(RunConfig, cfg)))
