@@ -93,8 +93,9 @@ def split_threads(learner: int | None, generator: int | None, available: int | N
     ones set, else): all of `available` (default: this process's torch threads) to the learner
     and a quarter, at least 1, to the generator. The learner runs at a lower priority
     (`learner_thread`), so where the two contend the generator wins and the learner takes the
-    cores it leaves; a generator held up would hold up the next step. On 2 cores, 1 thread each
-    trained 1.05x faster than synchronously, 2 each 1.27x, this 1.35x (benchmarks/async_train.py)."""
+    cores it leaves; a generator held up would hold up the next step. benchmarks/async_train.py on
+    2 cores, otherwise the same code: 1 thread each trained 1.05x faster than synchronously, 2 each
+    (learner niced) 1.27x, this split 1.35x."""
     n = available or torch.get_num_threads()
     return learner or n, generator or max(1, n // 4)
 

@@ -229,6 +229,14 @@ def test_a_server_whose_sync_failed_gets_no_turns_until_one_succeeds():
     assert len(a.requests) == 1 and len(b.requests) == 3 and res.policy_version == 1
 
 
+async def sent_so_far(server, srv) -> tuple[int, int]:
+    """(turns in flight at `server`, requests `srv` received) once every task that is ready has
+    run: yields to the event loop, no waiting on a clock."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+    return server.inflight, len(srv.requests)
+
+
 def test_a_turn_woken_by_one_release_waits_for_an_update_that_began_before_it_ran():
     """Back-to-back updates (asynchronous training pushes while turns wait at the gate): a turn
     woken by the first release but not yet run when the second hold closes the gate again must
@@ -244,9 +252,7 @@ def test_a_turn_woken_by_one_release_waits_for_an_update_that_began_before_it_ra
             await until(lambda: server.assigned == 1, "t1 waits at the gate")
             g.release(server, 1)
             await g.hold(server)  # update to version 2 begins before t1 has run
-            for _ in range(20):  # let every ready task run (t1 among them)
-                await asyncio.sleep(0)
-            sent_during_update = (server.inflight, len(srv.requests))
+            sent_during_update = await sent_so_far(server, srv)
             g.release(server, 2)
             return sent_during_update, await waiting
 
@@ -266,9 +272,7 @@ def test_a_turn_that_probes_its_server_is_not_sent_during_an_update_that_began_m
             await until(lambda: server.assigned == 1, "t1 picked its server")
             await g.hold(server)  # nothing in flight yet: the update begins
             await until(lambda: server.kind is not None, "the probe answered")
-            for _ in range(20):  # let every ready task run (t1 among them)
-                await asyncio.sleep(0)
-            sent_during_update = (server.inflight, len(srv.requests))
+            sent_during_update = await sent_so_far(server, srv)
             g.release(server, 1)
             return sent_during_update, await turn
 
