@@ -272,6 +272,44 @@ def loadavg() -> str:
         return "n/a"
 
 
+def world_rows(args, cfg) -> list[dict[str, Any]]:
+    """The search env's rows for the warm-up and (b) (writes the generated world on first use)."""
+    from rlfactory.envs.search.env import SearchEnv
+
+    env = SearchEnv(**env_options(cfg))
+    rows = env.load_split("train")[-args.prompts:]
+    env.close()
+    return rows
+
+
+def run_mode(args, k: int, tmp_path: Path) -> dict[str, Any]:
+    """(a) with max_staleness k in this process, after one untimed warm-up rollout."""
+    world = tmp_path / "world"
+    cfg_local = config(args, tmp_path / f"roll_local_k{k}", world, 0)
+    rows = world_rows(args, cfg_local)
+    scripted = not args.urls
+    print(f"(a) max_staleness {k}, a process of its own: warm-up, one untimed rollout of {len(rows) * args.group} "
+          f"other trajectories (load average {loadavg()})", flush=True)
+    asyncio.run(rollout_once(cfg_local, rows, scripted))
+    cfg = config(args, tmp_path / f"run_k{k}", world, k, args.urls.split(",") if args.urls else None)
+    print(f"(a) max_staleness {k} ... (load average {loadavg()})", flush=True)
+    return asyncio.run(train_run(args, cfg, scripted))
+
+
+def mode_in_subprocess(args, k: int, tmp_path: Path) -> dict[str, Any]:
+    """run_mode(k) in a fresh process: each mode starts from the same cold state (a process that
+    trained before keeps its freed memory, rlfactory/malloc.py, and its warmed-up caches)."""
+    import subprocess
+
+    out = tmp_path / f"result_k{k}.json"
+    argv = [sys.executable, __file__, "--mode", str(k), "--result", str(out), "--model", args.model,
+            "--steps", str(args.steps), "--prompts", str(args.prompts), "--group", str(args.group),
+            "--median", str(args.median), "--sigma", str(args.sigma), "--threads", str(args.threads),
+            "--api", args.api, "--workdir", str(tmp_path)] + (["--urls", args.urls] if args.urls else [])
+    subprocess.run(argv, check=True)
+    return json.loads(out.read_text())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="tiny:10m")
@@ -285,8 +323,14 @@ def main() -> None:
     ap.add_argument("--urls", default=None, help="comma-separated vLLM/SGLang servers instead of rlfactory serve")
     ap.add_argument("--api", default="vllm", choices=["vllm", "sglang"])
     ap.add_argument("--skip-servers", action="store_true", help="only (a)")
+    ap.add_argument("--mode", type=int, default=None, help=argparse.SUPPRESS)  # internal: one (a) run
+    ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.mode is not None:
+        Path(args.result).write_text(json.dumps(run_mode(args, args.mode, Path(args.workdir))))
+        return
     urls = args.urls.split(",") if args.urls else None
     scripted = urls is None
 
@@ -299,19 +343,8 @@ def main() -> None:
         tmp_path = Path(tmp)
         world = tmp_path / "world"
         cfg_local = config(args, tmp_path / "roll_local", world, 0)
-        from rlfactory.envs.search.env import SearchEnv
-
-        env = SearchEnv(**env_options(cfg_local))  # writes the world
-        rows = env.load_split("train")[-args.prompts:]  # for the warm-up and (b)
-        env.close()
-        print(f"warm-up: one untimed rollout of {len(rows) * args.group} other trajectories (load average {loadavg()})",
-              flush=True)
-        asyncio.run(rollout_once(cfg_local, rows, scripted))
-        results = {}
-        for k in (0, 1):
-            cfg = config(args, tmp_path / f"run_k{k}", world, k, urls)
-            print(f"(a) max_staleness {k} ... (load average {loadavg()})", flush=True)
-            results[k] = asyncio.run(train_run(args, cfg, scripted))
+        rows = world_rows(args, cfg_local)
+        results = {k: mode_in_subprocess(args, k, tmp_path) for k in (0, 1)}
         print()
         print(f"(a) GRPO training throughput, {args.steps} steps of {args.prompts * args.group} trajectories:")
         for k, r in results.items():

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from rlfactory.openmp import release_pool
 from rlfactory.rollout.attention_masks import mask_plan
 from rlfactory.rollout.decode import DecodeLoop, Row
 from rlfactory.rollout.decode_graph import StaticDecode
@@ -187,7 +188,10 @@ class LocalGenerator:
         threads = self.threads or self._process_threads
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)  # this thread's own count (OpenMP's is per thread)
-        return self.loop.step(new)
+        done = self.loop.step(new)
+        if not self.loop.live:
+            release_pool()  # the batch drained: don't throttle whoever computes next (openmp.py)
+        return done
 
     def _result(self, row: Row) -> GenResult:
         text = self.tokenizer.decode(row.tokens, skip_special_tokens=False) if self.tokenizer is not None else ""

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import nn
 
+from rlfactory.openmp import release_pool
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.versioned import VersionedGenerator
 from rlfactory.trajectory import Trajectory
@@ -143,6 +144,7 @@ class LocalWeightSync:
         with torch.no_grad():
             staged = [(dst, src.detach().clone()) for dst, src in zip(self.copy.parameters(), self.source.parameters())
                       if src.requires_grad]
+        release_pool()  # the event loop's thread computes nothing else (openmp.py)
 
         def load() -> None:
             with torch.no_grad():

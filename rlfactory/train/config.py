@@ -172,6 +172,10 @@ class TrainerConfig(Section):
     generator_threads: int | None = None
     """Torch CPU threads of the local generator's thread in that case; unset = a quarter of the
     process's, at least 1."""
+    keep_cpu_memory: bool = True
+    """With the policy on the CPU: malloc keeps the memory a step frees for the next step instead
+    of returning it to the kernel, which would fault it in again (rlfactory/malloc.py; on glibc,
+    process-wide, the process stays at its peak size). Off: glibc's defaults."""
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":

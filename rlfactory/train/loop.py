@@ -39,6 +39,8 @@ from rlfactory.algos.advantages import (
     get_advantage,
     outcome_to_token_rewards,
 )
+from rlfactory.malloc import keep_freed_memory
+from rlfactory.openmp import release_pool
 from rlfactory.rewards.base import score_all
 from rlfactory.rollout.build import pad_id_of
 from rlfactory.rollout.engine import group_names
@@ -106,6 +108,8 @@ class Trainer:
         tr, algo = cfg.trainer, cfg.algo
         base = session.model
         self.device = next(base.parameters()).device
+        if self.device.type == "cpu" and tr.keep_cpu_memory:
+            keep_freed_memory()
         self.tokenizer = session.tokenizer
         self.pad_id = pad_id_of(session.tokenizer, base)
         # Generators that do not read the policy in place get its weights pushed after updates:
@@ -149,6 +153,7 @@ class Trainer:
         (trainer.seed, step)). `sync_weights`: first make sure generators hold the current version."""
         cfg, algo = self.cfg, self.cfg.algo
         t0 = time.perf_counter()
+        release_pool()  # of this thread: whatever ran here since (loading, copies) must not throttle generation
         seed_everything(derive_seed(cfg.trainer.seed, step, "global"))
         self._reseed_generation(derive_seed(cfg.trainer.seed, step, "sampling"))
         synced = await self.weight_sync.ensure(self.policy, self.version) if self.weight_sync and sync_weights else {}
@@ -204,10 +209,15 @@ class Trainer:
         t1 = time.perf_counter()
         if keep.any():
             args = (step, trajs, owners, rewards, groups, valid, keep)
-            if executor is None:
-                metrics.update(self._learn(*args))
-            else:
-                metrics.update(await asyncio.get_running_loop().run_in_executor(executor, self._learn, *args))
+
+            def train() -> dict[str, float]:
+                try:
+                    return self._learn(*args)
+                finally:
+                    release_pool()  # its OpenMP pool would throttle the generator's (openmp.py)
+
+            metrics.update(train() if executor is None else
+                           await asyncio.get_running_loop().run_in_executor(executor, train))
             self.parallel.sync_replica(self.policy, self.replica)
             if self.parallel.world_size > 1 and self.cfg.trainer.log_trajectories:
                 trajs = self.parallel.gather(local)  # with the annotations the update wrote on each rank's own

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 from rlfactory.cli.main import main
 from rlfactory.config import load_config
 from rlfactory.rewards.rule import RuleReward
-from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, split_threads, staleness_of
+from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, learner_thread, split_threads, staleness_of
 from rlfactory.train.config import RunConfig
 from rlfactory.train.loop import Trainer
 from rlfactory.train.runlog import read_metrics
@@ -285,3 +286,48 @@ def test_synchronous_steps_free_the_generators_cache_before_training_and_async_o
     trainer.session.generator.free_cache = lambda: freed.append(True)
     trainer._release_generation_memory()
     assert freed == ([True] if k == 0 else [])
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_cpu_trainer_keeps_freed_memory_when_asked(tmp_path, monkeypatch, keep):
+    import rlfactory.train.loop as loop
+
+    calls = []
+    monkeypatch.setattr(loop, "keep_freed_memory", lambda: calls.append(True))
+    _trainer(tmp_path, [], keep_cpu_memory=keep)
+    assert calls == ([True] if keep else [])
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_the_update_releases_its_threads_openmp_pool(tmp_path, k):
+    """Whichever thread trains (the event loop's when synchronous, the learner's otherwise), its
+    OpenMP pool is gone once the update is done (rlfactory/openmp.py)."""
+    from rlfactory.openmp import available, pool_threads, release_pool
+
+    if not available():
+        pytest.skip("torch does not run on libgomp >= 5.0 here")
+    trajs = [make_traj([("prompt", [1, 2]), ("model", [3, 4])], f"g{i // 2}", f"t{i}", -0.5) for i in range(4)]
+    trainer = _trainer(tmp_path, trajs, max_staleness=k)
+    learn = trainer._learn
+
+    def learn_in_parallel(*args):
+        torch.ones(4_000_000).mul_(2)  # a parallel region in the training thread, whatever the model's size
+        return learn(*args)
+
+    trainer._learn = learn_in_parallel
+
+    async def run():
+        torch.set_num_threads(2)  # (its first call starts a process-wide pthreadpool thread: before counting)
+        release_pool()
+        base = pool_threads()
+        rollout = await trainer.roll_out(1, sync_weights=False)
+        with ThreadPoolExecutor(1, initializer=learner_thread, initargs=(2,)) as learner:
+            await trainer.learn(1, rollout, executor=learner if k else None)
+            return base, pool_threads()  # the learner's thread still alive
+
+    threads = torch.get_num_threads()
+    try:
+        base, after = asyncio.run(run())
+    finally:
+        torch.set_num_threads(threads)
+    assert after == base
