@@ -22,7 +22,9 @@ of staleness (the free tokens' weights stay near 1).
 
 Figures, all measured in this run:
   (a) trajectories trained per second over `--steps` steps, max_staleness 1 / max_staleness 0
-      (same prompts, seeds and latencies; the async run pays for filling its pipeline too) (>= 1.5x)
+      (same prompts, seeds and latencies; the async run pays for filling its pipeline too) (>= 1.5x).
+      Each mode runs in a fresh process of its own after the same untimed warm-up rollout, so
+      neither inherits the other's state (allocator heaps, OpenMP pools, caches).
   (b) rollout trajectories per second of the same rows (no added latency, so generation is the
       cost): two `rlfactory serve` processes with --threads 1 each (the same scripted policy)
       / the in-process LocalGenerator with 2 threads.
@@ -297,8 +299,7 @@ def run_mode(args, k: int, tmp_path: Path) -> dict[str, Any]:
 
 
 def mode_in_subprocess(args, k: int, tmp_path: Path) -> dict[str, Any]:
-    """run_mode(k) in a fresh process: each mode starts from the same cold state (a process that
-    trained before keeps its freed memory, rlfactory/malloc.py, and its warmed-up caches)."""
+    """run_mode(k) in a fresh process: each mode starts from the same state."""
     import subprocess
 
     out = tmp_path / f"result_k{k}.json"

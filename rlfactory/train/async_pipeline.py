@@ -91,14 +91,16 @@ def is_weight_stats(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: to
 
 def split_threads(learner: int | None, generator: int | None, available: int | None = None) -> tuple[int, int]:
     """Torch CPU threads for the learner's thread and the generator's when both run at once (the
-    ones set, else): all of `available` (default: this process's torch threads) to the learner
-    and a quarter, at least 1, to the generator. The learner runs at a lower priority
-    (`learner_thread`), so where the two contend the generator wins and the learner takes the
-    cores it leaves; a generator held up would hold up the next step. benchmarks/async_train.py on
-    2 cores, otherwise the same code: 1 thread each trained 1.05x faster than synchronously, 2 each
-    (learner niced) 1.27x, this split 1.35x."""
+    ones set, else all of `available`, default this process's torch threads, to each). The learner
+    runs at a lower priority (`learner_thread`), so where the two contend the generator wins and
+    the learner takes the cores it leaves; a generator held up would hold up the next step. With
+    both teams full, the process's OpenMP threads outnumber the cores and libgomp shortens every
+    wait's spinning (rlfactory/openmp.py), which is what two teams sharing the cores need; with a
+    one-thread generator (no team) the learner's threads spin at full length against it.
+    benchmarks/async_train.py (a), max_staleness 1, on 2 cores: 61.6 s and 62.0 s with 2 threads
+    each, 65.1 s to 67.8 s (three runs) with 1 for the generator."""
     n = available or torch.get_num_threads()
-    return learner or n, generator or max(1, n // 4)
+    return learner or n, generator or n
 
 
 LEARNER_NICE = 10

@@ -170,12 +170,8 @@ class TrainerConfig(Section):
     of the process's; the learner's thread runs at a lower priority (nice 10 on Linux), so where
     the two contend for cores generation goes first and the learner takes what it leaves."""
     generator_threads: int | None = None
-    """Torch CPU threads of the local generator's thread in that case; unset = a quarter of the
-    process's, at least 1."""
-    keep_cpu_memory: bool = True
-    """With the policy on the CPU: malloc keeps the memory a step frees for the next step instead
-    of returning it to the kernel, which would fault it in again (rlfactory/malloc.py; on glibc,
-    process-wide, the process stays at its peak size). Off: glibc's defaults."""
+    """Torch CPU threads of the local generator's thread in that case; unset = all of the
+    process's (it runs at the higher priority)."""
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":

@@ -39,7 +39,6 @@ from rlfactory.algos.advantages import (
     get_advantage,
     outcome_to_token_rewards,
 )
-from rlfactory.malloc import keep_freed_memory
 from rlfactory.openmp import release_pool
 from rlfactory.rewards.base import score_all
 from rlfactory.rollout.build import pad_id_of
@@ -108,8 +107,6 @@ class Trainer:
         tr, algo = cfg.trainer, cfg.algo
         base = session.model
         self.device = next(base.parameters()).device
-        if self.device.type == "cpu" and tr.keep_cpu_memory:
-            keep_freed_memory()
         self.tokenizer = session.tokenizer
         self.pad_id = pad_id_of(session.tokenizer, base)
         # Generators that do not read the policy in place get its weights pushed after updates:
