@@ -33,6 +33,8 @@ OMP_PAUSE_SOFT = 1
 @functools.lru_cache(maxsize=1)
 def _pause() -> Callable[[int], int] | None:
     """libgomp's omp_pause_resource_all, from the copy this process loaded (torch bundles its own)."""
+    import torch  # noqa: F401  (loads libgomp, if torch uses it, before the lookup is cached)
+
     try:
         with open("/proc/self/maps") as f:
             paths = {line.split()[-1] for line in f if "/libgomp" in line}
@@ -48,9 +50,7 @@ def _pause() -> Callable[[int], int] | None:
 
 
 def available() -> bool:
-    """True when `release_pool` can free pools here (torch is importing libgomp 5.0 or later)."""
-    import torch  # noqa: F401  (loads libgomp)
-
+    """True when `release_pool` can free pools here (torch runs on libgomp 5.0 or later)."""
     return _pause() is not None
 
 
