@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +16,7 @@ import torch
 from rlfactory.cli.main import main
 from rlfactory.config import load_config
 from rlfactory.rewards.rule import RuleReward
-from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, learner_thread, split_threads, staleness_of
+from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, split_threads, staleness_of
 from rlfactory.train.config import RunConfig
 from rlfactory.train.loop import Trainer
 from rlfactory.train.runlog import read_metrics
@@ -288,35 +287,21 @@ def test_synchronous_steps_free_the_generators_cache_before_training_and_async_o
 
 
 @pytest.mark.parametrize("k", [0, 1])
-def test_the_update_releases_its_threads_openmp_pool(tmp_path, k):
+def test_the_update_releases_its_threads_openmp_pool(k):
     """Whichever thread trains (the event loop's when synchronous, the learner's otherwise), its
-    OpenMP pool is gone once the update is done (rlfactory/openmp.py)."""
-    from rlfactory.openmp import available, pool_threads, release_pool
+    OpenMP pool is gone once the update is done (rlfactory/openmp.py). In a fresh process
+    (tests/openmp_probe.py), where nothing else starts native threads while it counts them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from rlfactory.openmp import available
 
     if not available():
         pytest.skip("torch does not run on libgomp >= 5.0 here")
-    trajs = [make_traj([("prompt", [1, 2]), ("model", [3, 4])], f"g{i // 2}", f"t{i}", -0.5) for i in range(4)]
-    trainer = _trainer(tmp_path, trajs, max_staleness=k)
-    learn = trainer._learn
-
-    def learn_in_parallel(*args):
-        torch.ones(4_000_000).mul_(2)  # a parallel region in the training thread, whatever the model's size
-        return learn(*args)
-
-    trainer._learn = learn_in_parallel
-
-    async def run():
-        torch.set_num_threads(2)  # (its first call starts a process-wide pthreadpool thread: before counting)
-        release_pool()
-        base = pool_threads()
-        rollout = await trainer.roll_out(1, sync_weights=False)
-        with ThreadPoolExecutor(1, initializer=learner_thread, initargs=(2,)) as learner:
-            await trainer.learn(1, rollout, executor=learner if k else None)
-            return base, pool_threads()  # the learner's thread still alive
-
-    threads = torch.get_num_threads()
-    try:
-        base, after = asyncio.run(run())
-    finally:
-        torch.set_num_threads(threads)
-    assert after == base
+    probe = Path(__file__).resolve().parents[1] / "openmp_probe.py"
+    out = subprocess.run([sys.executable, str(probe), f"update{k}"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["version"] == 1 and r["kept"] == 4
+    assert r["after"] == r["base"]

@@ -1,0 +1,159 @@
+"""Scenarios for the OpenMP pool tests (tests/test_openmp.py, tests/train/test_train_async.py), each
+run in a fresh process: it counts this process's OpenMP worker threads (rlfactory.openmp.pool_threads)
+before and after, which only a process that starts no other native threads meanwhile can do.
+
+    python tests/openmp_probe.py SCENARIO    prints {"base": n, "after": n, ...} as JSON
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from rlfactory.openmp import pool_threads, release_pool
+
+HERE = Path(__file__).resolve().parent
+
+
+def parallel_op() -> None:
+    """An op big enough for torch to run a parallel region (2 threads) in the calling thread."""
+    torch.set_num_threads(2)
+    torch.ones(4_000_000).mul_(2)
+
+
+def in_live_thread(fn) -> tuple[threading.Thread, threading.Event]:
+    """Run fn in a thread that stays alive (as the generator's and the learner's do) until the
+    caller sets the returned event."""
+    done, hold = threading.Event(), threading.Event()
+
+    def run():
+        fn()
+        done.set()
+        hold.wait(60)
+
+    t = threading.Thread(target=run)
+    t.start()
+    done.wait(60)
+    return t, hold
+
+
+def counted(fn) -> int:
+    t, hold = in_live_thread(fn)
+    n = pool_threads()
+    hold.set()
+    t.join()
+    return n
+
+
+def thread() -> dict[str, int]:
+    base = pool_threads()
+    return {"base": base, "with_pool": counted(parallel_op),
+            "after": counted(lambda: (parallel_op(), release_pool()))}
+
+
+def tiny():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlfactory.tiny import resolve_model
+
+    path = resolve_model("tiny:1m")
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+def generator() -> dict[str, int]:
+    from rlfactory.rollout.generator import GenRequest
+    from rlfactory.rollout.local import LocalGenerator
+
+    model, tok = tiny()
+    gen = LocalGenerator(model, tok.pad_token_id, stop_token_ids=[tok.eos_token_id], seed=0)
+    gen.threads = 2
+    prompt = tok("hello there").input_ids * 40  # (the tokenizer's first call starts its own threads)
+    try:
+        base = pool_threads()
+        results = asyncio.run(gen.generate([GenRequest(prompt_ids=prompt, max_new_tokens=4)]))
+        return {"base": base, "after": pool_threads(), "tokens": len(results[0].token_ids)}  # its thread lives on
+    finally:
+        gen.close()
+
+
+def versioned() -> dict[str, int]:
+    from rlfactory.rollout.local import LocalGenerator
+    from rlfactory.rollout.versioned import VersionedGenerator
+
+    model, tok = tiny()
+    gen = VersionedGenerator(LocalGenerator(model, tok.pad_token_id, seed=0), 0)
+
+    async def go():
+        base = pool_threads()
+        await gen.update(parallel_op, 1)  # in a reused worker thread
+        return {"base": base, "after": pool_threads(), "version": gen.version}
+
+    return asyncio.run(go())
+
+
+def update(k: int) -> dict[str, int]:
+    """A training step's update in the event loop's thread (k = 0) or the learner's (k = 1)."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(HERE / "train"))
+    from train_fixtures import make_traj, run_config, tiny_qwen3
+
+    from rlfactory.config import load_config
+    from rlfactory.rewards.rule import RuleReward
+    from rlfactory.train.async_pipeline import learner_thread
+    from rlfactory.train.config import RunConfig
+    from rlfactory.train.loop import Trainer
+
+    class Engine:
+        async def run(self, rows, n, policy_version=0, *, seeds=None):
+            return [make_traj([("prompt", [1, 2]), ("model", [3, 4])], f"g{i // 2}", f"t{i}", -0.5) for i in range(4)]
+
+    model = tiny_qwen3()
+    session = SimpleNamespace(engine=Engine(), generator=SimpleNamespace(model=model), model=model,
+                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
+    tmp = Path(tempfile.mkdtemp())
+    cfg = load_config(RunConfig, run_config(tmp, algo={"group_size": 2},
+                                            trainer={"prompts_per_step": 2, "max_staleness": k}))
+    trainer = Trainer(cfg, session, RuleReward({"train_fixtures:first_token_even": 1.0}), train_rows=[{"id": 0}, {"id": 1}])
+    learn = trainer._learn
+
+    def learn_in_parallel(*args):
+        torch.ones(4_000_000).mul_(2)  # a parallel region in the training thread, whatever the model's size
+        return learn(*args)
+
+    trainer._learn = learn_in_parallel
+
+    async def go():
+        torch.set_num_threads(2)
+        release_pool()
+        base = pool_threads()
+        rollout = await trainer.roll_out(1, sync_weights=False)
+        with ThreadPoolExecutor(1, initializer=learner_thread, initargs=(2,)) as learner:
+            metrics, _ = await trainer.learn(1, rollout, executor=learner if k else None)
+            return {"base": base, "after": pool_threads(), "version": trainer.version,  # the learner's thread alive
+                    "kept": int(metrics["batch/kept"])}
+
+    return asyncio.run(go())
+
+
+def main() -> None:
+    # torch.set_num_threads(2) starts a process-wide pthreadpool thread (QNNPACK's) the first time,
+    # in whichever thread calls it: make it before any count, so that counts differ by OpenMP pools.
+    t = threading.Thread(target=torch.set_num_threads, args=(2,))
+    t.start()
+    t.join()
+    scenario = sys.argv[1]
+    out = {"thread": thread, "generator": generator, "versioned": versioned,
+           "update0": lambda: update(0), "update1": lambda: update(1)}[scenario]()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
