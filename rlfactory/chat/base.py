@@ -7,7 +7,7 @@ equals the template's rendering of the whole conversation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, Union
 
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec

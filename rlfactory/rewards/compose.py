@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+from typing import Mapping
 
 from rlfactory.rewards.base import Reward, RewardScore, require_scorable, score_many
 from rlfactory.trajectory import Trajectory

@@ -106,7 +106,7 @@ def tool_dialogue(rng: random.Random) -> str:
     for _ in calls:
         result = rng.choice([fact, json.dumps({"result": _number(rng)}), f"Error: {sentence(rng)}"])
         parts.append(f"\n<tool_response>\n{result}\n</tool_response>")
-    parts.append(f"<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    parts.append("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
     parts.append(rng.choice([f"The answer is {answer}.", f"<answer>{answer}</answer>", answer]) + "<|im_end|>")
     return "".join(parts)
 

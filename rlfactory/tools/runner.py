@@ -53,7 +53,7 @@ from rlfactory.tools.mcp_client import (
     connect,
     tools_of,
 )
-from rlfactory.tools.mcp_config import merge_mcp_configs
+from rlfactory.tools.mcp_config import ServerConfig, merge_mcp_configs
 from rlfactory.tools.metrics import MetricsRecorder, ToolMetrics
 from rlfactory.tools.startup import ServerStarts
 from rlfactory.tools.validation import ArgumentValidator

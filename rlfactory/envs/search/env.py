@@ -18,7 +18,6 @@ import shutil
 import sys
 import tempfile
 import weakref
-from pathlib import Path
 from typing import Any
 
 from rlfactory.envs.base import Env, EnvTools
