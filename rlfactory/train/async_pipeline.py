@@ -97,8 +97,8 @@ def split_threads(learner: int | None, generator: int | None, available: int | N
     both teams full, the process's OpenMP threads outnumber the cores and libgomp shortens every
     wait's spinning (rlfactory/openmp.py), which is what two teams sharing the cores need; with a
     one-thread generator (no team) the learner's threads spin at full length against it.
-    benchmarks/async_train.py (a), max_staleness 1, on 2 cores: 60.8 s, 61.6 s and 62.2 s with 2
-    threads each, 67.8 s and 68.0 s with 1 for the generator."""
+    benchmarks/async_train.py (a), max_staleness 1, on 2 cores: 60.8 s and 62.2 s with 2 threads
+    each, 68.0 s with 1 for the generator."""
     n = available or torch.get_num_threads()
     return learner or n, generator or n
 
