@@ -24,10 +24,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import threading
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 OMP_PAUSE_SOFT = 1
+T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,12 +61,11 @@ def release_pool() -> bool:
     return fn is not None and fn(OMP_PAUSE_SOFT) == 0
 
 
-def pool_threads() -> int:
-    """OS threads of this process that are libgomp workers (for tests): the threads not named by
-    Python's threading module and not the main one, counted from /proc."""
+
+def released(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)`, then `release_pool()` in this thread (also when fn raises): for a phase of CPU
+    work in a thread that lives on, e.g. an executor's."""
     try:
-        tids = {int(t) for t in os.listdir("/proc/self/task")}
-    except OSError:
-        return 0
-    known = {t.native_id for t in threading.enumerate()}
-    return len(tids - known - {os.getpid()})
+        return fn(*args)
+    finally:
+        release_pool()

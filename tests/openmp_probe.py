@@ -1,6 +1,6 @@
 """Scenarios for the OpenMP pool tests (tests/test_openmp.py, tests/train/test_train_async.py), each
-run in a fresh process: it counts this process's OpenMP worker threads (rlfactory.openmp.pool_threads)
-before and after, which only a process that starts no other native threads meanwhile can do.
+run in a fresh process: it counts this process's OpenMP worker threads (`pool_threads`) before and
+after, which only a process that starts no other native threads meanwhile can do.
 
     python tests/openmp_probe.py SCENARIO    prints {"base": n, "after": n, ...} as JSON
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -17,9 +18,16 @@ from pathlib import Path
 
 import torch
 
-from rlfactory.openmp import pool_threads, release_pool
+from rlfactory.openmp import release_pool
 
 HERE = Path(__file__).resolve().parent
+
+
+def pool_threads() -> int:
+    """OS threads of this process that Python's threading module does not know, counted from /proc:
+    libgomp's workers, plus what a library started natively (hence a fresh process)."""
+    known = {t.native_id for t in threading.enumerate()}
+    return len({int(t) for t in os.listdir("/proc/self/task")} - known)
 
 
 def parallel_op() -> None:
@@ -100,28 +108,14 @@ def versioned() -> dict[str, int]:
 
 def update(k: int) -> dict[str, int]:
     """A training step's update in the event loop's thread (k = 0) or the learner's (k = 1)."""
-    from types import SimpleNamespace
-
     sys.path.insert(0, str(HERE / "train"))
-    from train_fixtures import make_traj, run_config, tiny_qwen3
+    from test_train_async import _trainer
+    from train_fixtures import make_traj
 
-    from rlfactory.config import load_config
-    from rlfactory.rewards.rule import RuleReward
     from rlfactory.train.async_pipeline import learner_thread
-    from rlfactory.train.config import RunConfig
-    from rlfactory.train.loop import Trainer
 
-    class Engine:
-        async def run(self, rows, n, policy_version=0, *, seeds=None):
-            return [make_traj([("prompt", [1, 2]), ("model", [3, 4])], f"g{i // 2}", f"t{i}", -0.5) for i in range(4)]
-
-    model = tiny_qwen3()
-    session = SimpleNamespace(engine=Engine(), generator=SimpleNamespace(model=model), model=model,
-                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
-    tmp = Path(tempfile.mkdtemp())
-    cfg = load_config(RunConfig, run_config(tmp, algo={"group_size": 2},
-                                            trainer={"prompts_per_step": 2, "max_staleness": k}))
-    trainer = Trainer(cfg, session, RuleReward({"train_fixtures:first_token_even": 1.0}), train_rows=[{"id": 0}, {"id": 1}])
+    trajs = [make_traj([("prompt", [1, 2]), ("model", [3, 4])], f"g{i // 2}", f"t{i}", -0.5) for i in range(4)]
+    trainer = _trainer(Path(tempfile.mkdtemp()), trajs, max_staleness=k)
     learn = trainer._learn
 
     def learn_in_parallel(*args):

@@ -20,7 +20,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any, Callable
 
-from rlfactory.openmp import release_pool
+from rlfactory.openmp import released
 from rlfactory.rollout.generator import GenRequest, GenResult, generate_all
 
 
@@ -118,17 +118,9 @@ class VersionedGenerator:
             try:
                 if await self._gate.close():  # every turn in flight finishes on the old weights
                     self.updates_waited += 1
-                await asyncio.to_thread(_released, load)
+                await asyncio.to_thread(released, load)  # and free the pool its copies made (openmp.py)
                 self.version = self.version + 1 if version is None else int(version)
                 self.forget()  # kept caches were computed by the old weights
             finally:
                 self._gate.open()
 
-
-def _released(load: Callable[[], Any]) -> None:
-    """`load()`, then free the OpenMP pool its copies gave this (reused) worker thread: left behind,
-    it would throttle generation (openmp.py)."""
-    try:
-        load()
-    finally:
-        release_pool()

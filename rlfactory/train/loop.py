@@ -39,7 +39,7 @@ from rlfactory.algos.advantages import (
     get_advantage,
     outcome_to_token_rewards,
 )
-from rlfactory.openmp import release_pool
+from rlfactory.openmp import release_pool, released
 from rlfactory.rewards.base import score_all
 from rlfactory.rollout.build import pad_id_of
 from rlfactory.rollout.engine import group_names
@@ -205,16 +205,10 @@ class Trainer:
         gen_tokens = sum(sum(t.loss_mask) for t in trajs)
         t1 = time.perf_counter()
         if keep.any():
-            args = (step, trajs, owners, rewards, groups, valid, keep)
-
-            def train() -> dict[str, float]:
-                try:
-                    return self._learn(*args)
-                finally:
-                    release_pool()  # its OpenMP pool would throttle the generator's (openmp.py)
-
-            metrics.update(train() if executor is None else
-                           await asyncio.get_running_loop().run_in_executor(executor, train))
+            args = (self._learn, step, trajs, owners, rewards, groups, valid, keep)
+            # the training thread's OpenMP pool is freed after: it would throttle generation (openmp.py)
+            metrics.update(released(*args) if executor is None else
+                           await asyncio.get_running_loop().run_in_executor(executor, released, *args))
             self.parallel.sync_replica(self.policy, self.replica)
             if self.parallel.world_size > 1 and self.cfg.trainer.log_trajectories:
                 trajs = self.parallel.gather(local)  # with the annotations the update wrote on each rank's own

@@ -163,7 +163,7 @@ def test_max_staleness_one_trains_and_resumes_from_a_checkpoint(tmp_path, capsys
         assert r["async/dropped_stale"] == 0 and r["async/staleness_max"] <= 1 and "async/is_weight_mean" in r
     assert any(r["optim/grad_norm"] > 0 for r in records)
     assert records[0]["async/staleness_max"] == 0  # step 1 rolled out before any update
-    want = split_threads(None, None)  # learning and generation split this process's threads
+    want = split_threads(None, None)  # by default each has all of this process's threads
     assert all((r["async/learner_threads"], r["async/generator_threads"]) == want for r in records)
 
     def versions(step):
@@ -221,7 +221,7 @@ def test_max_staleness_with_the_ray_backend_is_a_config_error(tmp_path):
         load_config(RunConfig, path)
 
 
-def test_the_learner_and_the_generator_split_the_cores():
+def test_the_learner_and_the_generator_default_to_all_threads_each():
     assert split_threads(None, None, available=2) == (2, 2)
     assert split_threads(None, None, available=16) == (16, 16)
     assert split_threads(3, None, available=4) == (3, 4) and split_threads(2, 1, available=2) == (2, 1)
