@@ -24,7 +24,9 @@ Figures, all measured in this run:
   (a) trajectories trained per second over `--steps` steps, max_staleness 1 / max_staleness 0
       (same prompts, seeds and latencies; the async run pays for filling its pipeline too) (>= 1.5x).
       Each mode runs in a fresh process of its own after the same untimed warm-up rollout, so
-      neither inherits the other's state (allocator heaps, OpenMP pools, caches).
+      neither inherits the other's state (allocator heaps, OpenMP pools, caches). Each mode also
+      prints the CPU its process used (user and system seconds, all threads: how busy it kept the
+      cores) and its context switches.
   (b) rollout trajectories per second of the same rows (no added latency, so generation is the
       cost): two `rlfactory serve` processes with --threads 1 each (the same scripted policy)
       / the in-process LocalGenerator with 2 threads.
@@ -184,6 +186,7 @@ async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
             trainer = Trainer(cfg, session, session.reward, load_env_data(env, "train"))
             pipeline = AsyncPipeline(trainer, cfg.trainer.max_staleness)
             history, ends = [], []
+            used0 = cpu_used()
             t0 = time.perf_counter()
             try:
                 for step in range(1, cfg.trainer.steps + 1):
@@ -197,13 +200,23 @@ async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
             finally:
                 await pipeline.close()
             wall = time.perf_counter() - t0
+            used = {k: v - used0[k] for k, v in cpu_used().items()}
     finally:
         env.close()
     trained = sum(m["batch/kept"] for m in history)
     later = sum(m["batch/kept"] for m in history[1:])
     steady = later / (ends[-1] - ends[0]) if len(ends) > 1 else 0.0
     return {"wall": wall, "trained": trained, "tps": trained / wall, "steady": steady, "history": history,
-            "latencies": list(env.drawn), "ends": ends}
+            "latencies": list(env.drawn), "ends": ends, **used}
+
+
+def cpu_used() -> dict[str, float]:
+    """CPU seconds (user, system) and context switches (voluntary, involuntary) of this process
+    so far, all threads."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return {"user_s": r.ru_utime, "sys_s": r.ru_stime, "csw_vol": float(r.ru_nvcsw), "csw_invol": float(r.ru_nivcsw)}
 
 
 def overlap_bound(sync: dict[str, Any]) -> tuple[float, float]:
@@ -362,6 +375,10 @@ def main() -> None:
                   f"{r['tps']:.2f} traj/s; per step: rollout {mean(m['time/rollout_s'] for m in hist):.2f} s, "
                   f"train {mean(m['time/train_s'] for m in hist):.2f} s, reward {mean(m['reward/mean'] for m in hist):.3f}"
                   f"{extra}")
+            cpu = r["user_s"] + r["sys_s"]
+            print(f"    CPU: {r['user_s']:.0f} s user + {r['sys_s']:.0f} s system = {cpu / r['wall']:.2f} of "
+                  f"{os.cpu_count()} cores busy on average ({cpu / r['wall'] / os.cpu_count():.0%}); context switches "
+                  f"{r['csw_vol']:.0f} voluntary, {r['csw_invol']:.0f} involuntary")
         same = sorted(results[0]["latencies"]) == sorted(results[1]["latencies"])
         lat = results[0]["latencies"]
         print(f"  tool calls {len(lat)} per run, latency median {sorted(lat)[len(lat) // 2]:.2f} s, max {max(lat):.2f} s; "
