@@ -101,6 +101,12 @@ class LocalGenerator:
         return {**self.loop.stats, **self.loop.static.stats}
 
     @property
+    def busy(self) -> bool:
+        """True while requests are queued or being generated (read from any thread)."""
+        worker = self._worker
+        return worker is not None and not worker.done()
+
+    @property
     def kept_sessions(self) -> int:
         """How many trajectories' caches are kept between turns right now."""
         return len(self.loop.sessions)

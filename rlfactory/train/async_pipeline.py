@@ -41,7 +41,8 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch import nn
@@ -89,18 +90,73 @@ def is_weight_stats(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: to
             "async/is_clipped_frac": float((w > cap).float().mean())}
 
 
-def split_threads(learner: int | None, generator: int | None, available: int | None = None) -> tuple[int, int]:
-    """Torch CPU threads for the learner's thread and the generator's when both run at once (the
-    ones set, else all of `available`, default this process's torch threads, to each). The learner
-    runs at a lower priority (`learner_thread`), so where the two contend the generator wins and
-    the learner takes the cores it leaves; a generator held up would hold up the next step. With
-    both teams full, the process's OpenMP threads outnumber the cores and libgomp shortens every
-    wait's spinning (rlfactory/openmp.py), which is what two teams sharing the cores need; with a
-    one-thread generator (no team) the learner's threads spin at full length against it.
-    benchmarks/async_train.py (a), max_staleness 1, on 2 cores: 60.8 s and 62.2 s with 2 threads
-    each, 68.0 s with 1 for the generator."""
+@dataclass(frozen=True)
+class CoreSplit:
+    """Torch CPU threads of the learner and the local generator on the CPU while both run."""
+
+    learner: int
+    """The learner's while the generator is idle (every trajectory in flight waits for a tool, or
+    the next rollout waits for a version)."""
+    learner_shared: int
+    """The learner's while the generator generates: the cores its threads leave."""
+    generator: int
+    """The generator's while the learner trains (all of the process's at other times)."""
+
+
+def split_threads(learner: int | None, generator: int | None, available: int | None = None) -> CoreSplit:
+    """How learning and generation share the CPU (`available`: default this process's torch
+    threads): the generator gets `generator` threads while the learner trains (default half, at
+    least 1), the learner `learner` (default all) while the generator is idle and the rest while it
+    generates (`SharedCores` switches between the two per decoder layer).
+
+    Why: two OpenMP teams on the same cores make every parallel region end in a futex wait
+    (libgomp throttles spinning once its threads outnumber the cores, rlfactory/openmp.py), and a
+    decode step is hundreds of small regions. Split, each runs on cores of its own.
+    benchmarks/async_train.py (a), max_staleness 1 on 2 cores, same hour: 62.5-64.3 s split
+    against 64.0-68.3 s with both teams on both cores (context switches 19k against 527k); the
+    learner on 1 thread throughout instead: 81.4 s."""
     n = available or torch.get_num_threads()
-    return learner or n, generator or n
+    gen = generator or max(1, n // 2)
+    alone = learner or n
+    return CoreSplit(learner=alone, learner_shared=max(1, min(alone, n - gen)), generator=gen)
+
+
+class SharedCores:
+    """Switches the learner's torch threads before each decoder layer of `policy` runs, forward
+    and backward: `shared` while `generator.busy`, else `alone`. Layers are the modules whose
+    class name ends in "DecoderLayer" (transformers' naming); a model without them keeps its count.
+    Only the learner runs `policy` (the generator samples from a copy), and torch's thread count
+    is per thread, so nothing else is touched. `close` removes the hooks."""
+
+    def __init__(self, policy: nn.Module, generator: LocalGenerator, alone: int, shared: int) -> None:
+        self.generator, self.alone, self.shared = generator, alone, shared
+        self.switches = 0
+        """How many times the count changed (a metric of how often the generator came and went)."""
+        layers = [m for m in policy.modules() if type(m).__name__.endswith("DecoderLayer")]
+        self._handles = [h for layer in layers for h in (layer.register_forward_pre_hook(self._before),
+                                                          layer.register_forward_hook(self._after))]
+
+    def adapt(self) -> None:
+        want = self.shared if self.generator.busy else self.alone
+        if torch.get_num_threads() != want:
+            torch.set_num_threads(want)
+            self.switches += 1
+
+    def _before(self, module: nn.Module, args: Any) -> None:
+        self.adapt()
+
+    def _after(self, module: nn.Module, args: Any, output: Any) -> None:
+        out = output[0] if isinstance(output, tuple) else output
+        if torch.is_tensor(out) and out.requires_grad:  # its gradient arrives just before the layer's backward
+            out.register_hook(self._before_backward)
+
+    def _before_backward(self, grad: torch.Tensor) -> None:
+        self.adapt()  # returns None: the gradient is unchanged
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
 
 
 LEARNER_NICE = 10
@@ -177,6 +233,7 @@ class AsyncPipeline:
         self.generator_threads: int | None = None
         """The local generator's torch threads while the learner trains (None: unchanged); it
         has the process's while the learner waits for a rollout."""
+        self.shared: SharedCores | None = None
         learner_threads = torch.get_num_threads()
         if self.k > 0 and trainer.parallel.world_size > 1:
             raise ValueError("trainer.max_staleness >= 1 is not supported with the FSDP learner (torchrun) yet")
@@ -185,8 +242,9 @@ class AsyncPipeline:
             if isinstance(gen, LocalGenerator):
                 self.local = LocalWeightSync(gen, trainer.version)
                 if gen.device.type == "cpu":  # learning and generation share the cores
-                    learner_threads, self.generator_threads = split_threads(trainer.cfg.trainer.learner_threads,
-                                                                            trainer.cfg.trainer.generator_threads)
+                    split = split_threads(trainer.cfg.trainer.learner_threads, trainer.cfg.trainer.generator_threads)
+                    learner_threads, self.generator_threads = split.learner, split.generator
+                    self.shared = SharedCores(trainer.policy, gen, split.learner, split.learner_shared)
                 trainer.engine.generator = self.local.versioned
                 trainer.weight_sync = self.local
             elif trainer.weight_sync is None:
@@ -224,6 +282,8 @@ class AsyncPipeline:
             metrics["async/learner_threads"] = float(self.learner_threads)
             if self.generator_threads is not None:
                 metrics["async/generator_threads"] = float(self.generator_threads)
+            if self.shared is not None:
+                metrics["async/learner_threads_shared"] = float(self.shared.shared)
         return metrics, trajs
 
     def _start(self, *steps: int) -> None:
@@ -237,6 +297,8 @@ class AsyncPipeline:
         """Cancel the rollouts still in flight (they are not checkpointed; see the module doc)."""
         if self.learner is not None:
             self.learner.shutdown(wait=False)
+        if self.shared is not None:
+            self.shared.close()
         tasks = list(self.rollouts.values())
         self.rollouts.clear()
         for task in tasks:

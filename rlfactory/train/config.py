@@ -166,12 +166,13 @@ class TrainerConfig(Section):
     `--resume` regenerates them with the restored weights."""
     learner_threads: int | None = None
     """With max_staleness >= 1 and the local generator on the CPU, learning and generation run at
-    the same time, in two threads of this process: torch CPU threads of the learner's. Unset = all
-    of the process's; the learner's thread runs at a lower priority (nice 10 on Linux), so where
-    the two contend for cores generation goes first and the learner takes what it leaves."""
+    the same time, in two threads of this process: torch CPU threads of the learner's while the
+    generator is idle (unset = all of the process's); while it generates, the learner takes the
+    threads the generator's leave, switching per decoder layer. The learner's thread runs at a
+    lower priority (nice 10 on Linux)."""
     generator_threads: int | None = None
-    """Torch CPU threads of the local generator's thread in that case; unset = all of the
-    process's (it runs at the higher priority)."""
+    """Torch CPU threads of the local generator's thread while the learner trains (unset = half of
+    the process's, at least 1); all of them at other times."""
 
     @model_validator(mode="after")
     def _check(self) -> "TrainerConfig":

@@ -163,8 +163,9 @@ def test_max_staleness_one_trains_and_resumes_from_a_checkpoint(tmp_path, capsys
         assert r["async/dropped_stale"] == 0 and r["async/staleness_max"] <= 1 and "async/is_weight_mean" in r
     assert any(r["optim/grad_norm"] > 0 for r in records)
     assert records[0]["async/staleness_max"] == 0  # step 1 rolled out before any update
-    want = split_threads(None, None)  # by default each has all of this process's threads
-    assert all((r["async/learner_threads"], r["async/generator_threads"]) == want for r in records)
+    want = split_threads(None, None)  # the defaults: the generator gets half the cores while the learner trains
+    assert all((r["async/learner_threads"], r["async/generator_threads"], r["async/learner_threads_shared"]) ==
+               (want.learner, want.generator, want.learner_shared) for r in records)
 
     def versions(step):
         lines = (run / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines()
@@ -221,10 +222,86 @@ def test_max_staleness_with_the_ray_backend_is_a_config_error(tmp_path):
         load_config(RunConfig, path)
 
 
-def test_the_learner_and_the_generator_default_to_all_threads_each():
-    assert split_threads(None, None, available=2) == (2, 2)
-    assert split_threads(None, None, available=16) == (16, 16)
-    assert split_threads(3, None, available=4) == (3, 4) and split_threads(2, 1, available=2) == (2, 1)
+def test_the_cores_are_split_while_both_compute():
+    from rlfactory.train.async_pipeline import CoreSplit
+
+    assert split_threads(None, None, available=2) == CoreSplit(learner=2, learner_shared=1, generator=1)
+    assert split_threads(None, None, available=16) == CoreSplit(learner=16, learner_shared=8, generator=8)
+    assert split_threads(3, None, available=4) == CoreSplit(learner=3, learner_shared=2, generator=2)
+    assert split_threads(None, 2, available=2) == CoreSplit(learner=2, learner_shared=1, generator=2)
+    assert split_threads(1, 1, available=1) == CoreSplit(learner=1, learner_shared=1, generator=1)
+
+
+class _Generator:
+    busy = False
+
+
+def test_the_learner_switches_its_threads_per_layer_as_the_generator_comes_and_goes():
+    """SharedCores: each decoder layer's forward and backward runs on `shared` threads while the
+    generator is busy and `alone` while it is idle; without the hooks nothing changes."""
+    import threading
+
+    from rlfactory.train.async_pipeline import SharedCores
+
+    model = tiny_qwen3()
+    model.train()
+    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    assert len(layers) >= 2
+    seen: dict[str, list[int]] = {"forward": [], "backward": []}
+
+    def on_forward(module, args, output):
+        seen["forward"].append(torch.get_num_threads())
+        out = output[0] if isinstance(output, tuple) else output
+        out.register_hook(lambda g: seen["backward"].append(torch.get_num_threads()))  # after SharedCores' own
+
+    gen = _Generator()
+    shared = SharedCores(model, gen, alone=2, shared=1)
+    for layer in layers:
+        layer.register_forward_hook(on_forward)
+
+    def step(busy_forward: bool, busy_backward: bool) -> None:
+        torch.set_num_threads(2)
+        gen.busy = busy_forward
+        loss = model(input_ids=torch.tensor([[1, 2, 3, 4]])).logits.sum()
+        gen.busy = busy_backward
+        loss.backward()
+
+    def run(*args):  # in a thread of its own, as the learner: torch's thread count is per thread
+        t = threading.Thread(target=step, args=args)
+        t.start()
+        t.join()
+
+    run(False, True)
+    assert seen["forward"] == [2] * len(layers) and seen["backward"] == [1] * len(layers)
+    seen["forward"].clear(), seen["backward"].clear()
+    run(True, False)
+    assert seen["forward"] == [1] * len(layers) and seen["backward"] == [2] * len(layers)
+    assert shared.switches == 3  # to 1 for the first backward; to 1 and back to 2 in the second step
+    shared.close()
+    seen["forward"].clear(), seen["backward"].clear()
+    run(True, True)  # hooks removed: the thread's own count throughout
+    assert seen["forward"] == [2] * len(layers) and seen["backward"] == [2] * len(layers)
+
+
+def test_the_local_generator_is_busy_while_it_has_requests():
+    from rlfactory.rollout.generator import GenRequest
+    from rlfactory.rollout.local import LocalGenerator
+
+    gen = LocalGenerator(tiny_qwen3(), pad_id=0)
+    states = []
+
+    async def go():
+        task = asyncio.ensure_future(gen.submit(GenRequest([1, 2, 3], max_new_tokens=3)))
+        await asyncio.sleep(0)  # submit has queued the request and started the worker
+        states.append(gen.busy)
+        await task
+        await asyncio.sleep(0)  # the worker returns once the queue drains
+        states.append(gen.busy)
+
+    assert not gen.busy
+    asyncio.run(go())
+    gen.close()
+    assert states == [True, False]
 
 
 def test_the_learner_thread_has_its_own_thread_count_and_a_lower_priority():
