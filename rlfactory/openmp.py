@@ -61,7 +61,6 @@ def release_pool() -> bool:
     return fn is not None and fn(OMP_PAUSE_SOFT) == 0
 
 
-
 def released(fn: Callable[..., T], *args: Any) -> T:
     """`fn(*args)`, then `release_pool()` in this thread (also when fn raises): for a phase of CPU
     work in a thread that lives on, e.g. an executor's."""

@@ -123,4 +123,3 @@ class VersionedGenerator:
                 self.forget()  # kept caches were computed by the old weights
             finally:
                 self._gate.open()
-

@@ -112,9 +112,9 @@ def split_threads(learner: int | None, generator: int | None, available: int | N
     Why: two OpenMP teams on the same cores make every parallel region end in a futex wait
     (libgomp throttles spinning once its threads outnumber the cores, rlfactory/openmp.py), and a
     decode step is hundreds of small regions. Split, each runs on cores of its own.
-    benchmarks/async_train.py (a), max_staleness 1 on 2 cores, same hour: 62.5-64.3 s split
-    against 64.0-68.3 s with both teams on both cores (context switches 19k against 527k); the
-    learner on 1 thread throughout instead: 81.4 s."""
+    benchmarks/async_train.py (a), max_staleness 1 on 2 cores: 62.4 s and 13.7k context switches
+    (4891d99) against 64.9 s and 527k with both teams on both cores (e2de384); runs of the same hour,
+    62.5, 63.9, 64.3 s split against 64.0, 66.6 s not; the learner on 1 thread throughout: 81.4 s."""
     n = available or torch.get_num_threads()
     gen = generator or max(1, n // 2)
     alone = learner or n
@@ -131,7 +131,7 @@ class SharedCores:
     def __init__(self, policy: nn.Module, generator: LocalGenerator, alone: int, shared: int) -> None:
         self.generator, self.alone, self.shared = generator, alone, shared
         self.switches = 0
-        """How many times the count changed (a metric of how often the generator came and went)."""
+        """How many times the count changed since the last `take_switches` (the generator came or went)."""
         layers = [m for m in policy.modules() if type(m).__name__.endswith("DecoderLayer")]
         self._handles = [h for layer in layers for h in (layer.register_forward_pre_hook(self._before),
                                                           layer.register_forward_hook(self._after))]
@@ -152,6 +152,11 @@ class SharedCores:
 
     def _before_backward(self, grad: torch.Tensor) -> None:
         self.adapt()  # returns None: the gradient is unchanged
+
+    def take_switches(self) -> int:
+        """The switch count so far, reset to 0."""
+        n, self.switches = self.switches, 0
+        return n
 
     def close(self) -> None:
         for h in self._handles:
@@ -284,6 +289,7 @@ class AsyncPipeline:
                 metrics["async/generator_threads"] = float(self.generator_threads)
             if self.shared is not None:
                 metrics["async/learner_threads_shared"] = float(self.shared.shared)
+                metrics["async/learner_thread_switches"] = float(self.shared.take_switches())
         return metrics, trajs
 
     def _start(self, *steps: int) -> None:

@@ -183,7 +183,7 @@ class TrainerConfig(Section):
         if self.max_staleness < 0:
             raise ValueError("trainer.max_staleness must be >= 0 (0 = synchronous training)")
         if any(n is not None and n < 1 for n in (self.learner_threads, self.generator_threads)):
-            raise ValueError("trainer.learner_threads and trainer.generator_threads must be >= 1 (unset = all of the process's)")
+            raise ValueError("trainer.learner_threads and trainer.generator_threads must be >= 1 (unset = the defaults)")
         if self.max_staleness > 0 and self.backend != "local":
             raise ValueError(f"trainer.max_staleness >= 1 is not supported with trainer.backend: {self.backend} yet "
                              "(asynchronous training runs with the local backend)")

@@ -166,6 +166,7 @@ def test_max_staleness_one_trains_and_resumes_from_a_checkpoint(tmp_path, capsys
     want = split_threads(None, None)  # the defaults: the generator gets half the cores while the learner trains
     assert all((r["async/learner_threads"], r["async/generator_threads"], r["async/learner_threads_shared"]) ==
                (want.learner, want.generator, want.learner_shared) for r in records)
+    assert all("async/learner_thread_switches" in r for r in records)
 
     def versions(step):
         lines = (run / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines()
@@ -277,6 +278,7 @@ def test_the_learner_switches_its_threads_per_layer_as_the_generator_comes_and_g
     run(True, False)
     assert seen["forward"] == [1] * len(layers) and seen["backward"] == [2] * len(layers)
     assert shared.switches == 3  # to 1 for the first backward; to 1 and back to 2 in the second step
+    assert shared.take_switches() == 3 and shared.switches == 0
     shared.close()
     seen["forward"].clear(), seen["backward"].clear()
     run(True, True)  # hooks removed: the thread's own count throughout
