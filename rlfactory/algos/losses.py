@@ -202,11 +202,12 @@ def value_loss(
     mask: Tensor,
     clip_range: float | None = 0.2,
     agg: str = "token-mean",
+    norm_constant: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped value loss: 0.5 * agg(max((v - R)^2, (clip(v, v_old ± c) - R)^2)).
 
     values (with gradient), old_values (at sampling time), returns: [B, T]; `clip_range=None`
-    gives the plain squared error. Metrics: vf_clipfrac (tokens where the clipped branch is
+    gives the plain squared error; `norm_constant` as for the policy loss. Metrics: vf_clipfrac (tokens where the clipped branch is
     larger), vpred_mean.
     """
     err = (values - returns) ** 2
@@ -217,7 +218,7 @@ def value_loss(
         err_clipped = (clipped - returns) ** 2
         loss, frac = torch.maximum(err, err_clipped), (err_clipped > err).float()
     metrics = {"vf_clipfrac": float(masked_mean(frac, mask)), "vpred_mean": float(masked_mean(values.detach(), mask))}
-    return 0.5 * agg_loss(loss, mask, agg), metrics
+    return 0.5 * agg_loss(loss, mask, agg, norm_constant), metrics
 
 
 def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
@@ -238,13 +239,15 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
 
 
 def kl_loss(
-    logp: Tensor, ref_logp: Tensor, mask: Tensor, coef: float, kind: str = "k3", agg: str = "token-mean"
+    logp: Tensor, ref_logp: Tensor, mask: Tensor, coef: float, kind: str = "k3", agg: str = "token-mean",
+    norm_constant: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """KL-to-reference loss term: coef * agg(kl_estimate(logp, ref_logp, kind)). Shapes [B, T].
+    """KL-to-reference loss term: coef * agg(kl_estimate(logp, ref_logp, kind)). Shapes [B, T];
+    `norm_constant` as for the policy loss (seq-mean-token-sum-norm).
 
     Metrics: kl (the aggregated estimate, before the coefficient).
     """
-    kl = agg_loss(kl_estimate(logp, ref_logp, kind), mask, agg)
+    kl = agg_loss(kl_estimate(logp, ref_logp, kind), mask, agg, norm_constant)
     return coef * kl, {"kl": float(kl.detach())}
 
 
@@ -254,14 +257,16 @@ def entropy_bonus(
     logits: Tensor | None = None,
     entropies: Tensor | None = None,
     agg: str = "token-mean",
+    norm_constant: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Entropy bonus as a loss term: -coef * agg(entropy) (minimising it raises the entropy).
 
-    Give either `logits` [B, T, V] or precomputed `entropies` [B, T]; mask [B, T].
+    Give either `logits` [B, T, V] or precomputed `entropies` [B, T]; mask [B, T]; `norm_constant`
+    as for the policy loss (seq-mean-token-sum-norm).
     Metrics: entropy (the aggregated entropy).
     """
     if (logits is None) == (entropies is None):
         raise ValueError("give exactly one of logits or entropies")
     ent = entropy_from_logits(logits) if entropies is None else entropies
-    h = agg_loss(ent, mask, agg)
+    h = agg_loss(ent, mask, agg, norm_constant)
     return -coef * h, {"entropy": float(h.detach())}

@@ -119,6 +119,14 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TrainBatch:
                       completion_mask, loss_mask, sampler * loss_mask)
 
 
+def row_shape(t: Trajectory) -> tuple[int, int, int]:
+    """(completion length, prompt length, prompt key) of `t` as `collate` lays it out; trajectories
+    of one prompt share the key (the same in every process)."""
+    p = max(t.prompt_len, 1) if t.input_ids else 0
+    prompt = tuple(t.input_ids[:p])
+    return len(t.input_ids) - p, max(len(prompt), 1), hash(prompt)
+
+
 def loss_tokens(t: Trajectory) -> int:
     """Loss tokens of `t` as `collate` keeps them (a first token that serves as the prompt is never predicted)."""
     p = max(t.prompt_len, 1) if t.input_ids else 0
@@ -144,3 +152,60 @@ def micro_batches(indices: torch.Tensor, size: int | None) -> list[torch.Tensor]
     if size is None or size >= len(indices):
         return [indices]
     return list(torch.split(indices, size))
+
+
+PLAN_WINDOW = 512
+"""Most rows `plan_micro_batches` puts in one pass without a `size` (bounds its search)."""
+
+PASS_OVERHEAD_TOKENS = 64
+"""What one more forward/backward pass costs in padded tokens (its fixed work: every layer's
+dispatch, kernel launches): `plan_micro_batches` splits only where that saves more padding."""
+
+
+def plan_micro_batches(completion_len: Sequence[int], prompt_len: Sequence[int], prompt_key: Sequence[int],
+                       size: int | None = None, max_tokens: int | None = None,
+                       overhead: int = PASS_OVERHEAD_TOKENS) -> list[list[int]]:
+    """Split rows 0..n-1 into forward/backward passes of rows of similar length.
+
+    A pass pads its completions to its longest and runs each distinct prompt (`prompt_key`) once,
+    padded to its longest prompt, so it computes `rows x longest completion + prompts x longest
+    prompt` token positions. Rows sorted by completion length (a prompt's rows kept together among
+    equal lengths) are cut where that total plus `overhead` per pass is smallest (exact dynamic
+    programming over the sorted order), with at most `size` rows (unset: PLAN_WINDOW) and
+    `max_tokens` positions per pass (a single row over `max_tokens` gets a pass of its own). Returns each pass's row
+    positions, in ascending order; a batch of rows of equal length and one prompt stays one pass.
+
+    Why: a step's trajectories differ in length by whole tool responses (one search against three),
+    so padding them all to the longest one wastes up to half the update's compute and memory; verl's
+    dynamic batch size (`use_dynamic_bsz`) and TRL's `group_by_length` answer the same waste.
+    """
+    n = len(completion_len)
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lambda i: (int(completion_len[i]), int(prompt_key[i]), i))
+    lc = [int(completion_len[i]) for i in order]
+    lp = [int(prompt_len[i]) for i in order]
+    key = [int(prompt_key[i]) for i in order]
+    inf = float("inf")
+    best = [0.0] + [inf] * n  # best[j]: cheapest split of the first j sorted rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest_prompt, prompts = 0, set()
+        for i in range(j - 1, -1, -1):  # the last pass is sorted rows i..j-1
+            rows = j - i
+            if rows > (size or PLAN_WINDOW):
+                break
+            longest_prompt = max(longest_prompt, lp[i])
+            prompts.add(key[i])
+            tokens = rows * lc[j - 1] + len(prompts) * longest_prompt
+            if max_tokens is not None and tokens > max_tokens and rows > 1:
+                break  # longer passes only grow (the rows are sorted by length)
+            total = best[i] + tokens + overhead
+            if total < best[j]:
+                best[j], cut[j] = total, i
+    passes = []
+    j = n
+    while j > 0:
+        passes.append(sorted(order[cut[j]:j]))
+        j = cut[j]
+    return passes[::-1]

@@ -58,8 +58,16 @@ class AlgoConfig(Section):
     minibatch_size: int | None = None
     """Trajectories per optimizer step; unset = all trajectories of the step in one update."""
     micro_batch_size: int | None = None
-    """Trajectories per forward/backward pass inside a minibatch (gradient accumulation);
-    unset = the whole minibatch at once. Does not change the result, only memory."""
+    """Most trajectories per forward/backward pass inside a minibatch (gradient accumulation);
+    unset = no cap. Does not change the result, only memory and speed."""
+    micro_batch_tokens: int | None = None
+    """Most token positions per forward/backward pass (padded completions plus the prompts they
+    continue; a longer trajectory gets a pass of its own), as verl's ppo_max_token_len_per_gpu:
+    bounds the update's activation memory; unset = no cap. Needs group_by_length."""
+    group_by_length: bool = True
+    """Split each minibatch into passes of trajectories of similar length where that saves padded
+    positions (rlfactory/train/batch.py `plan_micro_batches`; a step's trajectories differ by whole
+    tool responses); false = consecutive passes of micro_batch_size trajectories."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal (they carry no signal)."""
     gamma: float = 1.0
@@ -93,7 +101,9 @@ class AlgoConfig(Section):
             raise ValueError("algo.group_size must be >= 1")
         if self.epochs < 1:
             raise ValueError("algo.epochs must be >= 1")
-        for name in ("minibatch_size", "micro_batch_size"):
+        if self.micro_batch_tokens is not None and not self.group_by_length:
+            raise ValueError("algo.micro_batch_tokens needs algo.group_by_length: true")
+        for name in ("minibatch_size", "micro_batch_size", "micro_batch_tokens"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"algo.{name} must be >= 1")

@@ -45,7 +45,7 @@ from rlfactory.rollout.build import pad_id_of
 from rlfactory.rollout.engine import group_names
 from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, is_weight_stats
-from rlfactory.train.batch import collate, empty_batch, loss_tokens
+from rlfactory.train.batch import collate, empty_batch, loss_tokens, row_shape
 from rlfactory.train.checkpoint import (
     CheckpointMeta,
     load_checkpoint,
@@ -242,7 +242,8 @@ class Trainer:
         mine = [trajs[i] for i in idx[own].tolist()]
         batch = collate(mine, self.pad_id).to(self.device) if mine else empty_batch(self.device)
         layout = RowLayout(owners[idx], torch.tensor([float(loss_tokens(trajs[i])) for i in idx.tolist()]),
-                           self.parallel.rank, self.parallel.world_size)
+                           self.parallel.rank, self.parallel.world_size,
+                           shape=torch.tensor([row_shape(trajs[i]) for i in idx.tolist()], dtype=torch.long).view(-1, 3))
         out: dict[str, float] = {}
         micro = algo.micro_batch_size
         passes = layout.passes(torch.arange(len(layout)), micro) if self.parallel.world_size > 1 else 0

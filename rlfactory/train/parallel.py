@@ -16,6 +16,8 @@ from typing import Protocol, Sequence, TypeVar
 import torch
 from torch import nn
 
+from rlfactory.train.batch import TrainBatch, micro_batches, plan_micro_batches
+
 T = TypeVar("T")
 
 
@@ -98,6 +100,9 @@ class RowLayout:
     """[N] float: loss tokens of row n (the global normaliser of token-mean losses)."""
     rank: int = 0
     world_size: int = 1
+    shape: torch.Tensor | None = None
+    """[N, 3] long: row n's completion length, prompt length and prompt key (equal for rows of one
+    prompt), for passes of rows of similar length (`micro_batches`); None = consecutive passes."""
 
     def __post_init__(self) -> None:
         self.local_index = torch.zeros_like(self.owner)
@@ -106,9 +111,12 @@ class RowLayout:
             self.local_index[mine] = torch.arange(int(mine.sum()))
 
     @classmethod
-    def single(cls, loss_mask: torch.Tensor) -> "RowLayout":
-        """Every row on rank 0 (one process); `loss_mask` [B, Lc]."""
-        return cls(torch.zeros(loss_mask.shape[0], dtype=torch.long), loss_mask.sum(-1).float().cpu())
+    def single(cls, loss_mask: torch.Tensor, batch: TrainBatch | None = None) -> "RowLayout":
+        """Every row on rank 0 (one process); `loss_mask` [B, Lc]; `batch` gives the row shapes."""
+        shape = None
+        if batch is not None:
+            shape = torch.stack([batch.completion_mask.sum(-1), batch.prompt_lengths(), batch.prompt_index], 1).cpu()
+        return cls(torch.zeros(loss_mask.shape[0], dtype=torch.long), loss_mask.sum(-1).float().cpu(), shape=shape)
 
     def __len__(self) -> int:
         return int(self.owner.shape[0])
@@ -119,11 +127,27 @@ class RowLayout:
         rank = self.rank if rank is None else rank
         return self.local_index[positions[self.owner[positions] == rank]]
 
-    def passes(self, positions: torch.Tensor, micro_batch_size: int | None) -> int:
+    def micro_batches(self, positions: torch.Tensor, size: int | None, max_tokens: int | None = None,
+                      by_length: bool = False, rank: int | None = None) -> list[torch.Tensor]:
+        """The forward/backward passes of `rank` (default this one) over global rows `positions`:
+        its local row indices, each pass non-empty. `by_length` (with `shape`): passes of rows of
+        similar length (batch.py `plan_micro_batches`); else consecutive chunks of `size`."""
+        positions = positions.cpu()
+        rank = self.rank if rank is None else rank
+        mine = positions[self.owner[positions] == rank]
+        local = self.local_index[mine]
+        if not len(local):
+            return []
+        if not by_length or self.shape is None:
+            return [c for c in micro_batches(local, size) if len(c)]
+        lc, lp, key = self.shape[mine].T.tolist()
+        return [local[torch.tensor(p, dtype=torch.long)] for p in plan_micro_batches(lc, lp, key, size, max_tokens)]
+
+    def passes(self, positions: torch.Tensor, micro_batch_size: int | None, max_tokens: int | None = None,
+               by_length: bool = False) -> int:
         """Micro-batch passes the busiest rank makes over global rows `positions`."""
-        counts = [len(self.rows_of(positions, r)) for r in range(self.world_size)]
-        size = micro_batch_size or max(max(counts), 1)
-        return max(-(-c // size) for c in counts)
+        return max(len(self.micro_batches(positions, micro_batch_size, max_tokens, by_length, r))
+                   for r in range(self.world_size))
 
 
 def reduce_weighted(parts: list[tuple[dict[str, float], dict[str, float]]]) -> dict[str, float]:

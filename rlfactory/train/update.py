@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from rlfactory.algos.losses import entropy_bonus, get_policy_loss, kl_loss, truncated_is_weights, value_loss
-from rlfactory.train.batch import TrainBatch, filler_batch, micro_batches
+from rlfactory.train.batch import TrainBatch, filler_batch
 from rlfactory.train.config import AlgoConfig
 from rlfactory.train.critic import Critic
 from rlfactory.train.logprobs import policy_forward
@@ -85,7 +85,7 @@ class PolicyUpdate:
         summed gradients equal one process's. Metrics: loss/*, policy/*, critic/*,
         optim/grad_norm, optim/lr, optim/updates.
         """
-        layout = layout if layout is not None else RowLayout.single(data.batch.loss_mask)
+        layout = layout if layout is not None else RowLayout.single(data.batch.loss_mask, data.batch)
         n = len(layout)
         device = data.batch.loss_mask.device
         self._seen = torch.zeros(data.batch.loss_mask.shape, dtype=torch.float32, device=device)
@@ -105,13 +105,13 @@ class PolicyUpdate:
                     continue  # nothing to learn from (e.g. only truncated-at-0-token rows)
                 totals = (float(tokens.sum()), float((tokens > 0).sum()))
                 self.optimizer.zero_grad(set_to_none=True)
-                chunks = micro_batches(layout.rows_of(mb).to(device), self.algo.micro_batch_size)
-                chunks = [c for c in chunks if len(c)]
+                split = (self.algo.micro_batch_size, self.algo.micro_batch_tokens, self.algo.group_by_length)
+                chunks = [c.to(device) for c in layout.micro_batches(mb, *split)]
                 for idx in chunks:
                     for key, value, w in self._accumulate(data, idx, totals, layout.world_size > 1):
                         sums[key] += value * w
                         weights[key] += w
-                for _ in range(layout.passes(mb, self.algo.micro_batch_size) - len(chunks)):
+                for _ in range(layout.passes(mb, *split) - len(chunks)):
                     self._filler_pass(device)
                 norm = torch.nn.utils.clip_grad_norm_(
                     self.params(), self.max_grad_norm if self.max_grad_norm > 0 else float("inf")
@@ -184,17 +184,19 @@ class PolicyUpdate:
         stats = {"loss/policy": float(pg.detach()), "policy/clipfrac": m["clipfrac"],
                  "policy/approx_kl": m["approx_kl"], "policy/ratio_mean": m["ratio_mean"]}
         if algo.kl_coef > 0 and data.ref_logp is not None:
-            kl_term, km = kl_loss(logp, data.ref_logp[idx, :t], mask, algo.kl_coef, algo.kl_estimator, algo.loss_agg)
+            kl_term, km = kl_loss(logp, data.ref_logp[idx, :t], mask, algo.kl_coef, algo.kl_estimator, algo.loss_agg,
+                                  self.norm_constant)
             loss = loss + kl_term
             stats["policy/kl"] = km["kl"]
-        ent_term, em = entropy_bonus(mask, algo.entropy_coef, entropies=ent, agg=algo.loss_agg)
+        ent_term, em = entropy_bonus(mask, algo.entropy_coef, entropies=ent, agg=algo.loss_agg,
+                                     norm_constant=self.norm_constant)
         if algo.entropy_coef != 0:
             loss = loss + ent_term
         stats["policy/entropy"] = em["entropy"]
         if self.critic is not None and data.returns is not None and data.old_values is not None:
             values = self.critic(sub, self.bf16, self.share_prefix)
             vl, vm = value_loss(values, data.old_values[idx, :t], data.returns[idx, :t], mask,
-                                algo.value_clip, algo.loss_agg)
+                                algo.value_clip, algo.loss_agg, self.norm_constant)
             loss = loss + algo.value_coef * vl
             stats.update({"loss/value": float(vl.detach()), "critic/vf_clipfrac": vm["vf_clipfrac"],
                           "critic/value_mean": vm["vpred_mean"]})

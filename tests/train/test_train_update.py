@@ -121,24 +121,60 @@ def test_changing_observation_targets_leaves_parameter_gradients_unchanged():
     assert any(not torch.equal(g1[k], g3[k]) for k in g1)
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
-def test_micro_batches_give_the_same_update(agg):
+SPLITS = [dict(group_by_length=False), dict(micro_batch_size=1, group_by_length=False), dict(),
+          dict(micro_batch_size=1), dict(micro_batch_tokens=8)]
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_micro_batches_give_the_same_update(agg, monkeypatch):
     trajs = [_traj_a(), _traj_b(), _traj_a((33, 34)), _traj_b((42,))]
     adv = torch.tensor([1.0, -0.5, 0.3, 2.0])
-    results = []
-    for micro in (None, 1):
+    results, passes = [], []
+    accumulate = PolicyUpdate._accumulate
+
+    def spy(self, data, idx, *args):
+        passes[-1].append(sorted(idx.tolist()))
+        yield from accumulate(self, data, idx, *args)
+
+    monkeypatch.setattr(PolicyUpdate, "_accumulate", spy)
+    for split in SPLITS:
+        passes.append([])
         model = tiny_qwen3()
-        algo = AlgoConfig(loss_agg=agg, micro_batch_size=micro, kl_coef=0.0)
-        up = _updater(model, algo)
+        algo = AlgoConfig(loss_agg=agg, kl_coef=0.0, **split)
+        up = _updater(model, algo, norm_constant=16.0)
         # plain SGD: Adam would blow float noise on near-zero gradients up to lr-sized steps
         up.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         up.scheduler = torch.optim.lr_scheduler.LambdaLR(up.optimizer, lambda _: 1.0)
         metrics, _ = up(UpdateData(collate(trajs, 0), adv, old_logp=None), torch.Generator().manual_seed(0))
         results.append((model, metrics))
-    (m1, r1), (m2, r2) = results
-    for (n, p1), p2 in zip(m1.named_parameters(), m2.parameters()):
-        assert torch.allclose(p1, p2, atol=1e-6), n
-    assert r1["loss/policy"] == pytest.approx(r2["loss/policy"], abs=1e-6)
+    # completions (after prompts [1, 2, 3] / [1, 2]): 8, 5, 7, 4 tokens
+    assert passes == [[[0, 1, 2, 3]], [[0], [1], [2], [3]], [[0, 1, 2, 3]], [[3], [1], [2], [0]], [[3], [1], [2], [0]]]
+    m1, r1 = results[0]
+    for m2, r2 in results[1:]:
+        for (n, p1), p2 in zip(m1.named_parameters(), m2.parameters()):
+            assert torch.allclose(p1, p2, atol=1e-6), n
+        assert r1["loss/policy"] == pytest.approx(r2["loss/policy"], abs=1e-6)
+        # every term is normalised by the run's constant, never by a pass's padded width
+        assert r1["policy/entropy"] == pytest.approx(r2["policy/entropy"], abs=1e-6)
+
+
+def test_the_update_passes_group_trajectories_of_similar_length(monkeypatch):
+    """Two short and two long trajectories in turn: by length they train in two passes, a short
+    and a long one (padding everything to the longest would nearly double the positions)."""
+    short = [("prompt", [1, 2, 3]), ("model", [10, 11]), ("observation", [30]), ("model", [12])]
+    long = [("prompt", [1, 2, 3]), ("model", [10, 11]), ("observation", [30 + i % 20 for i in range(40)]), ("model", [12, 13])]
+    trajs = [make_traj(short), make_traj(long), make_traj(short), make_traj(long)]
+    seen = []
+    accumulate = PolicyUpdate._accumulate
+
+    def spy(self, data, idx, *args):
+        seen.append(sorted(idx.tolist()))
+        yield from accumulate(self, data, idx, *args)
+
+    monkeypatch.setattr(PolicyUpdate, "_accumulate", spy)
+    up = _updater(tiny_qwen3(), AlgoConfig(kl_coef=0.0))
+    up(UpdateData(collate(trajs, 0), torch.tensor([1.0, -1.0, 0.5, -0.5]), old_logp=None), torch.Generator().manual_seed(0))
+    assert seen == [[0, 2], [1, 3]]
 
 
 def test_update_raises_logprob_of_positively_rewarded_tokens():
@@ -205,3 +241,60 @@ def test_bf16_logits_are_upcast_chunkwise_with_the_whole_tensors_values_and_grad
     assert torch.equal(ent[sel], entropy_from_logits(whole.detach().unsqueeze(0))[0])
     old = _grads(model)
     assert new.keys() == old.keys() and all(torch.equal(new[k], old[k]) for k in new)
+
+
+def _positions(passes, lc, lp, key):
+    """Token positions the passes compute: rows x longest completion + prompts x longest prompt."""
+    return sum(len(p) * max(lc[i] for i in p) + len({key[i] for i in p}) * max(lp[i] for i in p) for p in passes)
+
+
+def test_plan_micro_batches_cuts_padding_and_keeps_its_bounds():
+    import random
+
+    from rlfactory.train.batch import PASS_OVERHEAD_TOKENS, plan_micro_batches
+
+    # one equal-length group per prompt: one pass, nothing to save
+    assert plan_micro_batches([50] * 8, [20] * 8, [7] * 8) == [list(range(8))]
+    assert plan_micro_batches([], [], []) == []
+    # two clusters of lengths, interleaved: one pass per cluster, each prompt's rows together
+    lc, lp, key = [10, 900, 12, 905, 11, 902], [30] * 6, [0, 1, 0, 1, 0, 1]
+    assert plan_micro_batches(lc, lp, key) == [[0, 2, 4], [1, 3, 5]]
+    rng = random.Random(0)
+    for trial in range(50):
+        n = rng.randint(1, 40)
+        lc = [rng.choice([rng.randint(1, 30), rng.randint(200, 800)]) for _ in range(n)]
+        key = [rng.randint(0, 5) for _ in range(n)]
+        lp = [10 + 7 * k for k in key]
+        size = rng.choice([None, 1, 3, 8])
+        cap = rng.choice([None, 500, 2000])
+        passes = plan_micro_batches(lc, lp, key, size, cap)
+        assert sorted(i for p in passes for i in p) == list(range(n))  # every row once
+        assert all(p == sorted(p) and p for p in passes)
+        assert all(len(p) <= (size or n) for p in passes)
+        assert all(len(p) == 1 or _positions([p], lc, lp, key) <= cap for p in passes if cap)
+        if size is None and cap is None:  # never worse than one pass over everything
+            one = _positions([list(range(n))], lc, lp, key) + PASS_OVERHEAD_TOKENS
+            assert _positions(passes, lc, lp, key) + PASS_OVERHEAD_TOKENS * len(passes) <= one
+
+
+def test_row_layout_plans_each_ranks_passes_from_the_global_shapes():
+    from rlfactory.train.parallel import RowLayout
+
+    # rows 0..5 on ranks 0,1,0,1,0,1; rank 0 holds two short rows and a long one, rank 1 three short
+    shape = torch.tensor([[5, 3, 0], [5, 3, 0], [6, 3, 0], [4, 3, 1], [400, 3, 1], [6, 3, 1]])
+    owner = torch.tensor([0, 1, 0, 1, 0, 1])
+    ranks = [RowLayout(owner, torch.ones(6), rank=r, world_size=2, shape=shape) for r in (0, 1)]
+    every = torch.arange(6)
+    assert [c.tolist() for c in ranks[0].micro_batches(every, None, by_length=True)] == [[0, 1], [2]]
+    assert [c.tolist() for c in ranks[1].micro_batches(every, None, by_length=True)] == [[0, 1, 2]]
+    assert ranks[0].passes(every, None, by_length=True) == ranks[1].passes(every, None, by_length=True) == 2
+    # without shapes, or not by length: consecutive chunks as before
+    assert ranks[1].passes(every, 2) == 2 and ranks[1].passes(every, None) == 1
+    assert [c.tolist() for c in RowLayout(owner, torch.ones(6), 1, 2).micro_batches(every, None, by_length=True)] == [[0, 1, 2]]
+
+
+def test_micro_batch_tokens_needs_group_by_length():
+    with pytest.raises(ValueError, match="algo.micro_batch_tokens needs algo.group_by_length"):
+        AlgoConfig(micro_batch_tokens=4096, group_by_length=False)
+    with pytest.raises(ValueError, match="algo.micro_batch_tokens must be >= 1"):
+        AlgoConfig(micro_batch_tokens=0)
