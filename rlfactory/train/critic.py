@@ -33,10 +33,13 @@ class Critic(nn.Module):
 
     @torch.no_grad()
     def values(self, batch: TrainBatch, micro_batch_size: int | None, bf16: bool = False,
-               share_prefix: bool = True) -> torch.Tensor:
-        """`forward` for the whole batch without gradients, in micro-batches: [B, Lc]."""
+               share_prefix: bool = True, chunks: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """`forward` for the whole batch without gradients, in micro-batches (`chunks`: each pass's
+        rows; default consecutive chunks of `micro_batch_size`): [B, Lc]."""
         out = torch.zeros(batch.loss_mask.shape, dtype=torch.float32, device=batch.completion_ids.device)
-        for idx in micro_batches(torch.arange(len(batch), device=out.device), micro_batch_size):
+        if chunks is None:
+            chunks = micro_batches(torch.arange(len(batch), device=out.device), micro_batch_size)
+        for idx in chunks:
             mb = batch.select(idx)
             v = self.forward(mb, bf16, share_prefix)
             out[idx, : v.shape[1]] = v

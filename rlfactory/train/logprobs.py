@@ -165,15 +165,19 @@ def batched_logprobs(
     bf16: bool = False,
     share_prefix: bool = True,
     passes: int = 0,
+    chunks: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """`policy_forward` logprobs for the whole batch without gradients, in micro-batches: [B, Lc].
 
-    `passes`: run at least this many forward passes, padding with passes over a one-token filler
-    batch whose output is dropped (the FSDP learner: every rank must run as many passes as the
-    rank with the most, since each pass all-gathers the parameters).
+    `chunks`: the rows of each pass (the update's passes, RowLayout.micro_batches); default
+    consecutive chunks of `micro_batch_size`. `passes`: run at least this many forward passes,
+    padding with passes over a one-token filler batch whose output is dropped (the FSDP learner:
+    every rank must run as many passes as the rank with the most, since each pass all-gathers the
+    parameters).
     """
     out = torch.zeros(batch.loss_mask.shape, dtype=torch.float32, device=batch.completion_ids.device)
-    chunks = micro_batches(torch.arange(len(batch), device=out.device), micro_batch_size) if len(batch) else []
+    if chunks is None:
+        chunks = micro_batches(torch.arange(len(batch), device=out.device), micro_batch_size) if len(batch) else []
     for idx in chunks:
         mb = batch.select(idx)
         logp, _ = policy_forward(model, mb, temperature=temperature, bf16=bf16, share_prefix=share_prefix)

@@ -246,14 +246,17 @@ class Trainer:
                            shape=torch.tensor([row_shape(trajs[i]) for i in idx.tolist()], dtype=torch.long).view(-1, 3))
         out: dict[str, float] = {}
         micro = algo.micro_batch_size
-        passes = layout.passes(torch.arange(len(layout)), micro) if self.parallel.world_size > 1 else 0
-        fwd = dict(temperature=self.temperature, bf16=tr.bf16, share_prefix=not tr.gradient_checkpointing, passes=passes)
+        split, every = (micro, algo.micro_batch_tokens, algo.group_by_length), torch.arange(len(layout))
+        chunks = [c.to(self.device) for c in layout.micro_batches(every, *split)]  # the update's passes
+        passes = layout.passes(every, *split) if self.parallel.world_size > 1 else 0
+        fwd = dict(temperature=self.temperature, bf16=tr.bf16, share_prefix=not tr.gradient_checkpointing, passes=passes,
+                   chunks=chunks)
         old_logp = None if self.update.single_pass(len(layout)) else batched_logprobs(self.policy, batch, micro, **fwd)
         ref_logp = self.reference.logprobs(batch, micro, **fwd) if self.reference is not None else None
         is_cap = algo.tis_cap if tr.max_staleness > 0 else None
         data = UpdateData(batch, advantages=torch.zeros(0), old_logp=old_logp, ref_logp=ref_logp, is_cap=is_cap)
         if self.critic is not None:
-            data.old_values = self.critic.values(batch, micro, tr.bf16, fwd["share_prefix"])
+            data.old_values = self.critic.values(batch, micro, tr.bf16, fwd["share_prefix"], chunks=chunks)
             token_rewards = outcome_to_token_rewards(rewards[idx].to(self.device), batch.loss_mask)
             data.advantages, data.returns = gae_advantages(token_rewards, data.old_values, batch.loss_mask, algo.gamma, algo.lam)
             out.update(tensor_stats("adv", data.advantages, batch.loss_mask))

@@ -298,3 +298,20 @@ def test_micro_batch_tokens_needs_group_by_length():
         AlgoConfig(micro_batch_tokens=4096, group_by_length=False)
     with pytest.raises(ValueError, match="algo.micro_batch_tokens must be >= 1"):
         AlgoConfig(micro_batch_tokens=0)
+
+
+def test_old_logprobs_and_values_in_the_updates_passes_equal_one_pass():
+    from rlfactory.train.critic import Critic
+
+    trajs = [_traj_a(), _traj_b(), _traj_a((33, 34)), _traj_b((42,))]
+    batch = collate(trajs, 0)
+    model = tiny_qwen3()
+    passes = [torch.tensor([3, 1]), torch.tensor([2]), torch.tensor([0])]
+    whole = batched_logprobs(model, batch, None)
+    assert torch.allclose(batched_logprobs(model, batch, None, chunks=passes), whole, atol=1e-6)
+    critic = Critic(tiny_qwen3(1))
+    torch.nn.init.normal_(critic.head.weight)  # a fresh critic's head is zero
+    values = critic.values(batch, None)
+    assert values.abs().max() > 0.1
+    real = batch.completion_mask.bool()  # a pass's padding is its own (GAE never reads it)
+    assert torch.allclose(critic.values(batch, None, chunks=passes)[real], values[real], atol=1e-6)
