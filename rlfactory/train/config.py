@@ -59,7 +59,8 @@ class AlgoConfig(Section):
     """Trajectories per optimizer step; unset = all trajectories of the step in one update."""
     micro_batch_size: int | None = None
     """Most trajectories per forward/backward pass inside a minibatch (gradient accumulation);
-    unset = no cap. Does not change the result, only memory and speed."""
+    unset = no cap (512 when grouped by length, batch.py PLAN_WINDOW). Does not change the result,
+    only memory and speed."""
     micro_batch_tokens: int | None = None
     """Most token positions per forward/backward pass (padded completions plus the prompts they
     continue; a longer trajectory gets a pass of its own), as verl's ppo_max_token_len_per_gpu:
