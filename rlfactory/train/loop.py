@@ -246,9 +246,7 @@ class Trainer:
                            shape=torch.tensor([row_shape(trajs[i]) for i in idx.tolist()], dtype=torch.long).view(-1, 3))
         out: dict[str, float] = {}
         micro = algo.micro_batch_size
-        split, every = (micro, algo.micro_batch_tokens, algo.group_by_length), torch.arange(len(layout))
-        chunks = [c.to(self.device) for c in layout.micro_batches(every, *split)]  # the update's passes
-        passes = layout.passes(every, *split) if self.parallel.world_size > 1 else 0
+        chunks, passes = self.update.passes(layout, torch.arange(len(layout)), self.device)  # the update's own
         fwd = dict(temperature=self.temperature, bf16=tr.bf16, share_prefix=not tr.gradient_checkpointing, passes=passes,
                    chunks=chunks)
         old_logp = None if self.update.single_pass(len(layout)) else batched_logprobs(self.policy, batch, micro, **fwd)

@@ -111,12 +111,10 @@ class RowLayout:
             self.local_index[mine] = torch.arange(int(mine.sum()))
 
     @classmethod
-    def single(cls, loss_mask: torch.Tensor, batch: TrainBatch | None = None) -> "RowLayout":
-        """Every row on rank 0 (one process); `loss_mask` [B, Lc]; `batch` gives the row shapes."""
-        shape = None
-        if batch is not None:
-            shape = torch.stack([batch.completion_mask.sum(-1), batch.prompt_lengths(), batch.prompt_index], 1).cpu()
-        return cls(torch.zeros(loss_mask.shape[0], dtype=torch.long), loss_mask.sum(-1).float().cpu(), shape=shape)
+    def single(cls, batch: TrainBatch) -> "RowLayout":
+        """Every row of `batch` on rank 0 (one process), with its shape."""
+        shape = torch.stack([batch.completion_mask.sum(-1), batch.prompt_lengths(), batch.prompt_index], 1).cpu()
+        return cls(torch.zeros(len(batch), dtype=torch.long), batch.loss_mask.sum(-1).float().cpu(), shape=shape)
 
     def __len__(self) -> int:
         return int(self.owner.shape[0])

@@ -68,6 +68,15 @@ class PolicyUpdate:
             ps += list(self.critic.parameters())
         return ps
 
+    def passes(self, layout: RowLayout, positions: torch.Tensor,
+               device: torch.device | str) -> tuple[list[torch.Tensor], int]:
+        """This rank's forward/backward passes over global rows `positions` (its local row indices,
+        on `device`; by length or consecutive, as algo says) and how many passes the busiest rank
+        makes (the FSDP learner pads to that; one process: its own count)."""
+        split = (self.algo.micro_batch_size, self.algo.micro_batch_tokens, self.algo.group_by_length)
+        chunks = [c.to(device) for c in layout.micro_batches(positions, *split)]
+        return chunks, (layout.passes(positions, *split) if layout.world_size > 1 else len(chunks))
+
     def single_pass(self, n: int) -> bool:
         """True when an update of n rows is one pass of one minibatch (old logprobs = current)."""
         return self.algo.epochs == 1 and (self.algo.minibatch_size or n) >= n
@@ -85,7 +94,7 @@ class PolicyUpdate:
         summed gradients equal one process's. Metrics: loss/*, policy/*, critic/*,
         optim/grad_norm, optim/lr, optim/updates.
         """
-        layout = layout if layout is not None else RowLayout.single(data.batch.loss_mask, data.batch)
+        layout = layout if layout is not None else RowLayout.single(data.batch)
         n = len(layout)
         device = data.batch.loss_mask.device
         self._seen = torch.zeros(data.batch.loss_mask.shape, dtype=torch.float32, device=device)
@@ -105,13 +114,12 @@ class PolicyUpdate:
                     continue  # nothing to learn from (e.g. only truncated-at-0-token rows)
                 totals = (float(tokens.sum()), float((tokens > 0).sum()))
                 self.optimizer.zero_grad(set_to_none=True)
-                split = (self.algo.micro_batch_size, self.algo.micro_batch_tokens, self.algo.group_by_length)
-                chunks = [c.to(device) for c in layout.micro_batches(mb, *split)]
+                chunks, passes = self.passes(layout, mb, device)
                 for idx in chunks:
                     for key, value, w in self._accumulate(data, idx, totals, layout.world_size > 1):
                         sums[key] += value * w
                         weights[key] += w
-                for _ in range(layout.passes(mb, *split) - len(chunks)):
+                for _ in range(passes - len(chunks)):
                     self._filler_pass(device)
                 norm = torch.nn.utils.clip_grad_norm_(
                     self.params(), self.max_grad_norm if self.max_grad_norm > 0 else float("inf")

@@ -207,6 +207,9 @@ def test_infra_error_trajectories_are_left_out_of_baseline_and_loss(tmp_path):
         def single_pass(self, n):
             return real.single_pass(n)
 
+        def passes(self, *args):
+            return real.passes(*args)
+
         def __call__(self, data, gen, layout=None):
             seen["data"] = data
             return real(data, gen, layout)
