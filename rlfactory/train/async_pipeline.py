@@ -4,10 +4,11 @@ steps run while the learner trains the current one.
 Step s (1-based) is rolled out once the learner holds version >= s-1-k, i.e. its rollout starts
 when step s-k begins to train, so generation, tool calls and scoring of steps s+1..s+k overlap
 the update of step s (which runs in a thread of its own, off the event loop). An empty pipeline
-(the first step, or after a resume) fills one rollout at a time: nothing trains before the first
-one is done, and a second beside it would only slow it down. Where the gain comes from: the
-learner no longer waits for the slowest trajectory of each step (a long tool call), and the
-rollout no longer waits for the update.
+(the first step, or after a resume) starts the rollouts of steps s..s+k at once, as the version
+it holds allows: nothing trains before the first one is done, and that rollout mostly waits for
+its tools, so the next ones generate in its idle time instead of beside the first update.
+Where the gain comes from: the learner no longer waits for the slowest trajectory of each step (a
+long tool call), and the rollout no longer waits for the update.
 
 Versions. The learner's weights after step s are version s. Generation never reads weights that
 the optimizer is writing:
@@ -266,12 +267,9 @@ class AsyncPipeline:
             await t.weight_sync.ensure(t.policy, t.version)  # before anything reads the weights concurrently
         self._synced = True
         t0 = time.perf_counter()
-        if step not in self.rollouts:
-            # The pipeline is empty (the first step, or a resume): nothing can train before this
-            # rollout is done, so it runs alone; the later ones start with its update.
-            self._start(step)
-            await asyncio.wait([self.rollouts[step]])
-        self._start(*range(step + 1, min(step + self.k, t.cfg.trainer.steps) + 1))
+        # Steps step..step+k (the version the learner holds allows them): after the first step only
+        # step+k is new; an empty pipeline (the first step, a resume) starts them all.
+        self._start(*range(step, min(step + self.k, t.cfg.trainer.steps) + 1))
         rollout = await self.rollouts.pop(step)
         waited = time.perf_counter() - t0
         gen = self.local.versioned.generator if self.local is not None else None

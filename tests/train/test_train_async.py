@@ -152,6 +152,52 @@ def test_staleness_zero_equals_the_synchronous_trainer_exactly(tmp_path):
     assert not any(k.startswith("async/") for k in sync_metrics[0])
 
 
+
+@pytest.mark.parametrize("k, steps, first", [(1, 5, [1, 2]), (2, 5, [1, 2, 3]), (2, 2, [1, 2])])
+def test_an_empty_pipeline_starts_every_rollout_the_first_version_allows(tmp_path, k, steps, first):
+    """Step s may be rolled out once the learner holds version s-1-k, so with version 0 the
+    rollouts of steps 1..k+1 start at once (the later ones' generation runs while the first one
+    waits for its tools, not beside the first update); step s's update then starts step s+k+1's."""
+    trainer = _trainer(tmp_path, [], max_staleness=k, steps=steps)
+
+    class Synced:
+        async def ensure(self, policy, version):
+            return {}
+
+    trainer.weight_sync = Synced()
+    started, gates = [], {}
+
+    async def roll_out(step, sync_weights=True):
+        assert not sync_weights
+        started.append(step)
+        gates[step] = asyncio.Event()
+        await gates[step].wait()
+        return f"rollout {step}"
+
+    async def learn(step, rollout, executor=None):
+        assert rollout == f"rollout {step}"
+        return {}, []
+
+    trainer.roll_out, trainer.learn = roll_out, learn
+    pipe = AsyncPipeline(trainer, k)
+
+    async def run():
+        first_step = asyncio.ensure_future(pipe.step(1))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert sorted(started) == first and not first_step.done()  # step 1 still waits for its rollout
+        gates[1].set()
+        await first_step
+        later = asyncio.ensure_future(pipe.step(2))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert sorted(started) == list(range(1, min(2 + k, steps) + 1))  # step 1's update started step k+2's
+        gates[2].set()
+        await later
+        await pipe.close()
+
+    asyncio.run(run())
+
 def test_max_staleness_one_trains_and_resumes_from_a_checkpoint(tmp_path, capsys):
     cfg_path = run_config(tmp_path, trainer={"steps": 3, "max_staleness": 1, "save_every": 1},
                           rollout={"mode": "async"})
