@@ -59,15 +59,15 @@ class AlgoConfig(Section):
     """Trajectories per optimizer step; unset = all trajectories of the step in one update."""
     micro_batch_size: int | None = None
     """Most trajectories per forward/backward pass inside a minibatch (gradient accumulation);
-    unset = no cap (512 when grouped by length, batch.py PLAN_WINDOW). Does not change the result,
-    only memory and speed."""
+    unset = no cap (512 when grouped by length, rlfactory/passes.py PLAN_WINDOW). Does not change
+    the result, only memory and speed."""
     micro_batch_tokens: int | None = None
     """Most token positions per forward/backward pass (padded completions plus the prompts they
     continue; a longer trajectory gets a pass of its own), as verl's ppo_max_token_len_per_gpu:
     bounds the update's activation memory; unset = no cap. Needs group_by_length."""
     group_by_length: bool = True
     """Split each minibatch into passes of trajectories of similar length where that saves padded
-    positions (rlfactory/train/batch.py `plan_micro_batches`; a step's trajectories differ by whole
+    positions (rlfactory/passes.py `plan_micro_batches`; a step's trajectories differ by whole
     tool responses); false = consecutive passes of micro_batch_size trajectories."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal (they carry no signal)."""

@@ -16,7 +16,8 @@ from typing import Protocol, Sequence, TypeVar
 import torch
 from torch import nn
 
-from rlfactory.train.batch import TrainBatch, micro_batches, plan_micro_batches
+from rlfactory.passes import plan_micro_batches
+from rlfactory.train.batch import TrainBatch, micro_batches
 
 T = TypeVar("T")
 
@@ -129,7 +130,7 @@ class RowLayout:
                       by_length: bool = False, rank: int | None = None) -> list[torch.Tensor]:
         """The forward/backward passes of `rank` (default this one) over global rows `positions`:
         its local row indices, each pass non-empty. `by_length` (with `shape`): passes of rows of
-        similar length (batch.py `plan_micro_batches`); else consecutive chunks of `size`."""
+        similar length (rlfactory/passes.py `plan_micro_batches`); else consecutive chunks of `size`."""
         positions = positions.cpu()
         rank = self.rank if rank is None else rank
         mine = positions[self.owner[positions] == rank]

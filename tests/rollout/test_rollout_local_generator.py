@@ -56,6 +56,26 @@ def test_continuous_batching_matches_one_at_a_time_generate():
         assert torch.allclose(torch.tensor(res.logprobs), teacher_forced(model, p, res.token_ids), atol=1e-4)
 
 
+
+def test_new_rows_of_very_different_lengths_prefill_in_separate_forwards():
+    """Two long prompts and three short ones arrive together: padding the short ones to the long
+    ones' length would cost more than a second forward (decode.py PREFILL_OVERHEAD_TOKENS), so
+    they prefill in two; rows of similar length share one. Same tokens as one-at-a-time generate."""
+    model = tiny_random_lm()
+    gen = LocalGenerator(model, pad_id=0)
+    short = prompts(3)  # 3, 8 and 13 ids
+    long_ = [[(11 * j + k) % 250 + 1 for j in range(240 + 20 * k)] for k in range(2)]
+    ps = [long_[0], short[0], short[1], long_[1], short[2]]
+    reqs = [GenRequest(p, max_new_tokens=3, sampling=GREEDY) for p in ps]
+    results = asyncio.run(gen.generate(reqs))
+    assert gen.stats["prefills"] == 2 and gen.stats["prefill_tokens"] == sum(len(p) for p in ps)
+    for p, res in zip(ps, results):
+        assert res.token_ids == reference(model, p, 3)
+        assert torch.allclose(torch.tensor(res.logprobs), teacher_forced(model, p, res.token_ids), atol=1e-4)
+    gen.stats["prefills"] = 0
+    asyncio.run(gen.generate([GenRequest(p, max_new_tokens=3, sampling=GREEDY) for p in short]))
+    assert gen.stats["prefills"] == 1
+
 def test_sampled_logprobs_follow_the_temperature_convention():
     model = tiny_random_lm()
     gen = LocalGenerator(model, pad_id=0, max_batch=8, seed=0)

@@ -251,7 +251,7 @@ def _positions(passes, lc, lp, key):
 def test_plan_micro_batches_cuts_padding_and_keeps_its_bounds():
     import random
 
-    from rlfactory.train.batch import PASS_OVERHEAD_TOKENS, plan_micro_batches
+    from rlfactory.passes import PASS_OVERHEAD_TOKENS, plan_micro_batches
 
     # one equal-length group per prompt: one pass, nothing to save
     assert plan_micro_batches([50] * 8, [20] * 8, [7] * 8) == [list(range(8))]

@@ -1,0 +1,68 @@
+"""Splitting rows of different lengths into passes of rows of similar length.
+
+One forward pass pads its rows to the longest, so rows that differ by whole tool responses waste
+compute on padding when they share a pass, and every extra pass costs its fixed work (each layer's
+dispatch, the weights read once more). `plan_micro_batches` finds the split where padded positions
+plus that per-pass cost are least. The trainer plans its update passes with it
+(rlfactory/train/parallel.py), the local generator its prefills (rlfactory/rollout/decode.py).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+PLAN_WINDOW = 512
+"""Most rows `plan_micro_batches` puts in one pass without a `size` (bounds its search)."""
+
+PASS_OVERHEAD_TOKENS = 64
+"""What one more forward/backward pass costs in padded tokens (its fixed work: every layer's
+dispatch, kernel launches): `plan_micro_batches` splits only where that saves more padding."""
+
+
+def plan_micro_batches(completion_len: Sequence[int], prompt_len: Sequence[int], prompt_key: Sequence[int],
+                       size: int | None = None, max_tokens: int | None = None,
+                       overhead: int = PASS_OVERHEAD_TOKENS) -> list[list[int]]:
+    """Split rows 0..n-1 into forward/backward passes of rows of similar length.
+
+    A pass pads its completions to its longest and runs each distinct prompt (`prompt_key`) once,
+    padded to its longest prompt, so it computes `rows x longest completion + prompts x longest
+    prompt` token positions. Rows sorted by completion length (a prompt's rows kept together among
+    equal lengths) are cut where that total plus `overhead` per pass is smallest (exact dynamic
+    programming over the sorted order), with at most `size` rows (unset: PLAN_WINDOW) and
+    `max_tokens` positions per pass (a single row over `max_tokens` gets a pass of its own). Returns each pass's row
+    positions, in ascending order; a batch of rows of equal length and one prompt stays one pass.
+
+    Why: a step's trajectories differ in length by whole tool responses (one search against three),
+    so padding them all to the longest one wastes up to half the update's compute and memory; verl's
+    dynamic batch size (`use_dynamic_bsz`) and TRL's `group_by_length` answer the same waste.
+    """
+    n = len(completion_len)
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lambda i: (int(completion_len[i]), int(prompt_key[i]), i))
+    lc = [int(completion_len[i]) for i in order]
+    lp = [int(prompt_len[i]) for i in order]
+    key = [int(prompt_key[i]) for i in order]
+    inf = float("inf")
+    best = [0.0] + [inf] * n  # best[j]: cheapest split of the first j sorted rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest_prompt, prompts = 0, set()
+        for i in range(j - 1, -1, -1):  # the last pass is sorted rows i..j-1
+            rows = j - i
+            if rows > (size or PLAN_WINDOW):
+                break
+            longest_prompt = max(longest_prompt, lp[i])
+            prompts.add(key[i])
+            tokens = rows * lc[j - 1] + len(prompts) * longest_prompt
+            if max_tokens is not None and tokens > max_tokens and rows > 1:
+                break  # longer passes only grow (the rows are sorted by length)
+            total = best[i] + tokens + overhead
+            if total < best[j]:
+                best[j], cut[j] = total, i
+    passes = []
+    j = n
+    while j > 0:
+        passes.append(sorted(order[cut[j]:j]))
+        j = cut[j]
+    return passes[::-1]
