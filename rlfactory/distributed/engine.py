@@ -54,8 +54,10 @@ class RayRolloutEngine:
         """Shards rolled out again after their worker died (since the engine was made)."""
 
     async def run(self, rows: list[dict[str, Any]], n: int, policy_version: int = 0, *,
-                  seeds: Sequence[int] | None = None) -> list[Trajectory]:
-        """n trajectories per row, row-major, as RolloutEngine.run (see the module doc)."""
+                  seeds: Sequence[int] | None = None, priority: int = 0) -> list[Trajectory]:
+        """n trajectories per row, row-major, as RolloutEngine.run (see the module doc). `priority`
+        is not sent on: the workers serve one rollout at a time (trainer.max_staleness >= 1 needs
+        the in-process backend)."""
         if seeds is not None and len(seeds) != len(rows):
             raise ValueError(f"RayRolloutEngine.run: {len(seeds)} seeds for {len(rows)} rows")
         shards = [(w, a, b) for w, (a, b) in enumerate(split_rows(len(rows), len(self.workers))) if b > a]

@@ -67,7 +67,7 @@ class RolloutEngine:
             raise ValueError("RolloutEngine needs a tokenizer (pass tokenizer= or give the generator one)")
 
     async def run(self, rows: list[dict[str, Any]], n: int, policy_version: int = 0, *,
-                  seeds: Sequence[int] | None = None) -> list[Trajectory]:
+                  seeds: Sequence[int] | None = None, priority: int = 0) -> list[Trajectory]:
         """n trajectories per row, row-major (row 0's n, then row 1's ...).
 
         Row i's n trajectories form one group, named after the row's `id` (its index when it has
@@ -77,6 +77,7 @@ class RolloutEngine:
         `seeds` (one per row), when given, seed the draws of every turn of trajectory k of row i
         from (seeds[i], k, turn) (GenRequest.seed), so each trajectory samples the same tokens
         whatever else is rolled out beside it (in this call, or split over several engines).
+        `priority` goes on every turn's request (GenRequest.priority: lower is served first).
         """
         if seeds is not None and len(seeds) != len(rows):
             raise ValueError(f"RolloutEngine.run: {len(seeds)} seeds for {len(rows)} rows")
@@ -84,7 +85,7 @@ class RolloutEngine:
         trajs, prompts = self._start(rows, n)
         schedule: Concurrent | Lockstep = (Lockstep(len(trajs), sequential=self.rollout.lockstep_tools == "sequential")
                                            if lockstep else Concurrent(self.rollout.max_concurrent))
-        setup = self._setup(schedule, policy_version)
+        setup = self._setup(schedule, policy_version, priority)
         forget = getattr(self.generator, "forget", None)  # a generator that keeps no caches has none
 
         async def one(i: int) -> None:
@@ -108,7 +109,7 @@ class RolloutEngine:
             raise
         return trajs
 
-    def _setup(self, schedule: Concurrent | Lockstep, policy_version: int) -> Setup:
+    def _setup(self, schedule: Concurrent | Lockstep, policy_version: int, priority: int = 0) -> Setup:
         tm, tok = self.tool_manager, self.tokenizer
         stop_ids = list(tm.stop_token_ids())
         return Setup(
@@ -118,6 +119,7 @@ class RolloutEngine:
             stop_token_ids=stop_ids, stop_strings=list(tm.stop_strings()),
             stop_texts={i: tok.decode([i], skip_special_tokens=False) for i in stop_ids},
             one_call_at_a_time=self.rollout.mode == "lockstep" and self.rollout.lockstep_tools == "sequential",
+            priority=priority,
         )
 
     def _start(self, rows: list[dict[str, Any]], n: int) -> tuple[list[Trajectory], list[list[int]]]:

@@ -83,6 +83,8 @@ class Setup:
     stop_texts: dict[int, str]
     """The text of each stop token, cut off the end of a turn's text before parsing."""
     one_call_at_a_time: bool = False
+    priority: int = 0
+    """GenRequest.priority of every turn."""
 
 
 async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, index: int,
@@ -111,7 +113,7 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
                 return _end(traj, "truncated")
             request = GenRequest(list(context), min(rollout.max_new_tokens, budget), setup.sampling,
                                  setup.stop_token_ids, setup.stop_strings, session,
-                                 None if seed is None else mix_seed(seed, traj.turns))
+                                 None if seed is None else mix_seed(seed, traj.turns), setup.priority)
             try:
                 result = await setup.schedule.generate(setup.generator, request, index)
             except GenerationUnavailable as e:  # e.g. every generation server down: this trajectory only

@@ -42,6 +42,11 @@ class GenRequest:
     """Seeds this turn's draws: its j-th token is drawn with `sampling.seeded_uniforms(seed, j)`,
     so the same request samples the same tokens whatever batch it joins (given the same logits).
     None = the generator's own random generator."""
+    priority: int = 0
+    """Lower is served first. The local generator lets a request join its batch only while no
+    request of a lower priority waits or generates (rows already generating are never stopped);
+    asynchronous training gives each step's rollout its step number, so the older step, which the
+    learner waits for, is not slowed by the next one's turns. Server backends ignore it."""
 
 
 @dataclass

@@ -41,6 +41,7 @@ class LocalGenerator:
     Full-attention and sliding-window layers are supported (Mistral, Gemma 2/3, gpt-oss, Qwen2 with
     `use_sliding_window`: masks by real positions, see attention_masks.py); other layer kinds
     (linear attention, chunked attention) are refused with NotImplementedError.
+    Waiting requests join the batch by `GenRequest.priority` (lower first; see `_admit`).
     On a CUDA device with `cuda_graphs` (and sdpa or eager attention), decode steps run at fixed
     shapes replayed from a CUDA graph (decode_graph.py): same tokens, a fraction of the host time.
     """
@@ -167,8 +168,7 @@ class LocalGenerator:
         new: list[Row] = []
         try:
             while self._pending or self.loop.live:
-                room = self.max_batch - self.loop.live
-                new, self._pending = self._pending[:room], self._pending[room:]
+                new, self._pending = self._admit()
                 done = await aio.run_in_executor(self._executor, self._step, new)
                 new = []
                 for row in done:
@@ -189,6 +189,17 @@ class LocalGenerator:
                 self._free_pending = False
             if was_training:
                 model.train()
+
+    def _admit(self) -> tuple[list[Row], list[Row]]:
+        """(rows that join the batch now, rows that keep waiting): the waiting rows of the lowest
+        priority among those waiting and generating, in arrival order, as many as there is room."""
+        if not self._pending:
+            return [], []
+        first = min(r.req.priority for r in self._pending + self.loop.live_rows())
+        room = self.max_batch - self.loop.live
+        now = [r for r in self._pending if r.req.priority == first][:room]
+        joined = set(map(id, now))
+        return now, [r for r in self._pending if id(r) not in joined]
 
     def _step(self, new: list[Row]) -> list[Row]:
         threads = self.threads or self._process_threads

@@ -159,8 +159,10 @@ class Trainer:
         # does not depend on the batch it is generated in: the same in one engine, on Ray workers,
         # or on the ranks of the FSDP learner, each rolling out its share.
         seeds = [derive_seed(cfg.trainer.seed, step, "sampling", i) for i in range(len(all_rows))]
+        # priority = step: with rollouts of several steps in flight (max_staleness >= 1), the older
+        # one's turns go first (GenRequest.priority)
         local = await self.engine.run(self.parallel.share(all_rows), algo.group_size, policy_version=self.version,
-                                      seeds=self.parallel.share(seeds))
+                                      seeds=self.parallel.share(seeds), priority=step)
         if self.parallel.world_size > 1:  # name groups and ids as one process would (unique over ranks)
             _rename_groups(local, self.parallel.share(group_names(all_rows)), algo.group_size)
         if sync_weights:

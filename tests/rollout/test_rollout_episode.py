@@ -305,3 +305,14 @@ def test_an_env_missing_members_is_refused_by_name():
     with pytest.raises(TypeError, match="Bare does not implement load_split, tools, step, reward, info, end_episode"):
         RolloutEngine(ScriptedGenerator(lambda ctx: "a<eot>"), CharToolManager(), FakeRunner(), Bare(),
                       RolloutConfig(), SamplingConfig())
+
+
+def test_every_turn_carries_the_runs_priority():
+    def script(ctx):
+        return 'CALL echo {"text": "hi"}<eot>' if turns_seen(ctx) == 0 else "done<eot>"
+
+    gen = ScriptedGenerator(script)
+    engine = RolloutEngine(gen, CharToolManager(), FakeRunner(), RowsEnv(), RolloutConfig(), SamplingConfig())
+    asyncio.run(engine.run([{"question": "q"}], 2, priority=5))
+    asyncio.run(engine.run([{"question": "q"}], 1))
+    assert [r.priority for r in gen.requests] == [5] * 4 + [0] * 2

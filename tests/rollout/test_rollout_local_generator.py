@@ -76,6 +76,44 @@ def test_new_rows_of_very_different_lengths_prefill_in_separate_forwards():
     asyncio.run(gen.generate([GenRequest(p, max_new_tokens=3, sampling=GREEDY) for p in short]))
     assert gen.stats["prefills"] == 1
 
+
+def test_a_request_joins_only_while_none_of_a_lower_priority_waits_or_generates():
+    """GenRequest.priority (asynchronous training gives each step's rollout its step number): the
+    later step's turns wait while the older step's wait or generate; a row already generating goes
+    on when an older one arrives, which joins it at once. Same tokens as one-at-a-time generate."""
+    model = tiny_random_lm()
+    calls: list[list[int]] = []
+    gen = LocalGenerator(model, pad_id=0, logits_processor=lambda reqs, generated, logits: (
+        calls.append([r.priority for r in reqs]), logits)[1])
+    ps = prompts(4)
+    reqs = [GenRequest(p, max_new_tokens=4 + i, sampling=GREEDY, priority=[2, 1, 2, 1][i]) for i, p in enumerate(ps)]
+    results = asyncio.run(gen.generate(reqs))
+    assert all(max(a) <= min(b) for a, b in zip(calls, calls[1:]))  # no priority-2 row before the 1s are done
+    assert [1, 1] in calls and [2, 2] in calls  # each priority still batched
+    for p, req, res in zip(ps, reqs, results):
+        assert res.token_ids == reference(model, p, req.max_new_tokens)
+
+    calls.clear()
+    late = GenRequest(ps[1], max_new_tokens=3, sampling=GREEDY, priority=1)
+
+    async def older_arrives_while_a_newer_one_generates():
+        loop = asyncio.get_running_loop()
+        arrived: list[asyncio.Future] = []
+
+        def record(reqs, generated, logits):
+            calls.append([r.priority for r in reqs])
+            if len(calls) == 2:  # the newer row is generating: the older request arrives now
+                arrived.append(asyncio.run_coroutine_threadsafe(gen.submit(late), loop))
+            return logits
+
+        gen.logits_processor = record
+        newer = await gen.submit(GenRequest(ps[0], max_new_tokens=12, sampling=GREEDY, priority=2))
+        return newer, await asyncio.wrap_future(arrived[0])
+
+    newer, older = asyncio.run(older_arrives_while_a_newer_one_generates())
+    assert calls[:2] == [[2], [2]] and ([1, 2] in calls or [2, 1] in calls)
+    assert newer.token_ids == reference(model, ps[0], 12) and older.token_ids == reference(model, ps[1], 3)
+
 def test_sampled_logprobs_follow_the_temperature_convention():
     model = tiny_random_lm()
     gen = LocalGenerator(model, pad_id=0, max_batch=8, seed=0)

@@ -31,7 +31,7 @@ class _FixedEngine:
     def __init__(self, trajs):
         self.trajs = trajs
 
-    async def run(self, rows, n, policy_version=0, *, seeds=None):
+    async def run(self, rows, n, policy_version=0, *, seeds=None, priority=0):
         return self.trajs
 
 

@@ -182,7 +182,7 @@ class _FixedEngine:
         self.trajs = trajs
         self.sampling = None
 
-    async def run(self, rows, n, policy_version=0, *, seeds=None):
+    async def run(self, rows, n, policy_version=0, *, seeds=None, priority=0):
         assert len(rows) * n == len(self.trajs)
         return self.trajs
 
