@@ -221,18 +221,16 @@ def cpu_used() -> dict[str, float]:
 
 def overlap_bound(sync: dict[str, Any]) -> tuple[float, float]:
     """What max_staleness 1 would take on the synchronous run's own durations, if nothing slowed
-    down when overlapped: rollout 1 runs alone, rollout 2 starts when it is done, rollout s >= 3
+    down when overlapped: rollouts 1 and 2 start at once (version 0 allows both), rollout s >= 3
     when update s-2 is done; update s starts when both update s-1 and rollout s are done. (An
     update is the rest of a synchronous step: score, train, sync.) Returns (seconds, ratio)."""
     starts = [0.0] + sync["ends"][:-1]
     rollouts = [m["time/rollout_s"] for m in sync["history"]]
     learns = [end - start - r for start, end, r in zip(starts, sync["ends"], rollouts)]
     done_learn = [0.0]  # done_learn[s]: when update s is done (update 0: the start)
-    done_rollout = []
     for s, (r, learn) in enumerate(zip(rollouts, learns), start=1):
-        start = 0.0 if s == 1 else done_rollout[0] if s == 2 else done_learn[s - 2]
-        done_rollout.append(start + r)
-        done_learn.append(max(done_learn[-1], done_rollout[-1]) + learn)
+        rollout_done = done_learn[max(0, s - 2)] + r
+        done_learn.append(max(done_learn[-1], rollout_done) + learn)
     return done_learn[-1], sync["ends"][-1] / done_learn[-1]
 
 
