@@ -6,8 +6,8 @@ Runs in the generator's thread, one `step(new_rows)` at a time:
      prefix it shares with the other new rows, computed once), and a forward over those slots
      writes the new tokens right after it (masks by position); their first token is sampled.
      New rows of very different lengths (one brings a 256-token tool response, another a few
-     tokens) prefill in separate forwards, where that saves more padded positions than the extra
-     forward costs (rlfactory/passes.py, PREFILL_OVERHEAD_TOKENS).
+     tokens) prefill in separate forwards on the CPU, where that saves more padded positions than
+     the extra forward costs (`prefill_groups`).
      Attention kernels that take only padding masks (flash, flex) prefill in a left-padded cache
      of their own instead and each row is then copied into its slot.
   2. decode: one forward over all slots (tokens left-aligned, each row writes its own column), a
@@ -37,10 +37,22 @@ from rlfactory.rollout.kv_cache import RowKV, SlotCache, cache_of_rows, new_cach
 from rlfactory.rollout.sampling import RowSampling, sample, seeded_uniforms
 
 PREFILL_OVERHEAD_TOKENS = 48
-"""What one more prefill forward costs, in prefilled tokens: rlfactory's tiny 10M model on 2 CPU
-cores (1 or 2 threads) took 7-10 ms for a forward of 8 tokens and 0.12-0.2 ms per token more.
-A prefill of rows of 512, 64 and 64 new tokens took 400 ms padded into one forward against 146 ms
-in three (1 thread)."""
+"""What one more prefill forward costs on the CPU, in prefilled tokens: rlfactory's tiny 10M model
+on 2 CPU cores (1 or 2 threads) took 7-10 ms for a forward of 8 tokens and 0.12-0.2 ms per token
+more. A prefill of rows of 512, 64 and 64 new tokens took 400 ms padded into one forward against
+146 ms in three (1 thread)."""
+
+
+def prefill_groups(lengths: list[int], device: torch.device) -> list[list[int]]:
+    """The forwards that prefill rows of these new-token counts (positions into `lengths`). On the
+    CPU, where a forward costs its tokens, rows of very different lengths go in separate forwards
+    where that saves more padded positions than PREFILL_OVERHEAD_TOKENS (rlfactory/passes.py). On
+    an accelerator a small model's forward costs its kernel launches, not its padded positions
+    (decode_graph.py: ~45 ms of launches for well under 5 ms of GPU work), so they stay one."""
+    if device.type != "cpu":
+        return [list(range(len(lengths)))]
+    none = [0] * len(lengths)
+    return plan_micro_batches(lengths, none, none, overhead=PREFILL_OVERHEAD_TOKENS)
 
 
 def to_host(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int], list[float]]:
@@ -170,7 +182,7 @@ class DecodeLoop:
         self._share_prefix(pasts, news)
         plan = self.position_plan()
         lengths = [len(n) for n in news]
-        for group in plan_micro_batches(lengths, [0] * len(rows), [0] * len(rows), overhead=PREFILL_OVERHEAD_TOKENS):
+        for group in prefill_groups(lengths, self.device):
             part = ([rows[i] for i in group], [pasts[i] for i in group], [news[i] for i in group])
             done += self._prefill_in_slots(*part, plan) if plan is not None else self._prefill_padded(*part)
             self.stats["prefills"] += 1

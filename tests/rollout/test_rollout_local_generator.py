@@ -11,6 +11,7 @@ import torch
 from rollout_fakes import CharTokenizer, one_torch_thread, tiny_random_lm
 
 from rlfactory.rollout.config import SamplingConfig
+from rlfactory.rollout.decode import prefill_groups
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 
@@ -75,6 +76,10 @@ def test_new_rows_of_very_different_lengths_prefill_in_separate_forwards():
     gen.stats["prefills"] = 0
     asyncio.run(gen.generate([GenRequest(p, max_new_tokens=3, sampling=GREEDY) for p in short]))
     assert gen.stats["prefills"] == 1
+    # On an accelerator a forward costs its launches, not its padding: one forward
+    lengths = [len(p) for p in ps]
+    assert prefill_groups(lengths, torch.device("cuda")) == [[0, 1, 2, 3, 4]]
+    assert prefill_groups(lengths, torch.device("cpu")) == [[1, 2, 4], [0, 3]]
 
 
 def test_a_request_joins_only_while_none_of_a_lower_priority_waits_or_generates():
