@@ -120,20 +120,21 @@ class RowLayout:
     def __len__(self) -> int:
         return int(self.owner.shape[0])
 
+    def _mine(self, positions: torch.Tensor, rank: int | None) -> torch.Tensor:
+        """The global rows among `positions` that `rank` (default this one) holds, in order."""
+        positions = positions.cpu()
+        return positions[self.owner[positions] == (self.rank if rank is None else rank)]
+
     def rows_of(self, positions: torch.Tensor, rank: int | None = None) -> torch.Tensor:
         """Local row indices (on `rank`, default this one) of global rows `positions`, in order."""
-        positions = positions.cpu()
-        rank = self.rank if rank is None else rank
-        return self.local_index[positions[self.owner[positions] == rank]]
+        return self.local_index[self._mine(positions, rank)]
 
     def micro_batches(self, positions: torch.Tensor, size: int | None, max_tokens: int | None = None,
                       by_length: bool = False, rank: int | None = None) -> list[torch.Tensor]:
         """The forward/backward passes of `rank` (default this one) over global rows `positions`:
         its local row indices, each pass non-empty. `by_length` (with `shape`): passes of rows of
         similar length (rlfactory/passes.py `plan_micro_batches`); else consecutive chunks of `size`."""
-        positions = positions.cpu()
-        rank = self.rank if rank is None else rank
-        mine = positions[self.owner[positions] == rank]
+        mine = self._mine(positions, rank)
         local = self.local_index[mine]
         if not len(local):
             return []
