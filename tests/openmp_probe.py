@@ -3,6 +3,11 @@ run in a fresh process: it counts this process's OpenMP worker threads (`pool_th
 after, which only a process that starts no other native threads meanwhile can do.
 
     python tests/openmp_probe.py SCENARIO    prints {"base": n, "after": n, ...} as JSON
+
+A thread leaves /proc/self/task a little after it ends: a Python thread after `join()` returns (which
+waits for its Python state only), a freed pool's workers after `release_pool()` returns (libgomp lets
+them `pthread_exit` on their own). So a count made right after either can still see them, the more
+so on busy cores; the probe waits for those exits (`gone`, `settled`) before it counts.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,11 +29,39 @@ from rlfactory.openmp import release_pool
 HERE = Path(__file__).resolve().parent
 
 
+def tids() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
 def pool_threads() -> int:
     """OS threads of this process that Python's threading module does not know, counted from /proc:
     libgomp's workers, plus what a library started natively (hence a fresh process)."""
     known = {t.native_id for t in threading.enumerate()}
-    return len({int(t) for t in os.listdir("/proc/self/task")} - known)
+    return len(tids() - known)
+
+
+def _until(cond, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def gone(t: threading.Thread, before: set[int]) -> None:
+    """Join t, then wait until it and every thread started since `before` (its pool's workers, which
+    libgomp frees when the thread exits) have left /proc."""
+    t.join()
+    if not _until(lambda: tids() <= before, 30):
+        raise RuntimeError(f"threads {sorted(tids() - before)} still there 30 s after their thread ended")
+
+
+def settled(want: int) -> int:
+    """pool_threads() once it is `want`, or after 10 s if it never gets there: what a count right
+    after a pool is freed would be, were the freed workers' exits instant."""
+    _until(lambda: pool_threads() == want, 10)
+    return pool_threads()
 
 
 def parallel_op() -> None:
@@ -52,18 +86,21 @@ def in_live_thread(fn) -> tuple[threading.Thread, threading.Event]:
     return t, hold
 
 
-def counted(fn) -> int:
+def counted(fn, want: int | None = None) -> int:
+    """The count while fn's thread lives on (`settled(want)` if given), taken once every earlier
+    thread has gone; fn's thread is gone too when it returns."""
+    before = tids()
     t, hold = in_live_thread(fn)
-    n = pool_threads()
+    n = pool_threads() if want is None else settled(want)
     hold.set()
-    t.join()
+    gone(t, before)
     return n
 
 
 def thread() -> dict[str, int]:
     base = pool_threads()
     return {"base": base, "with_pool": counted(parallel_op),
-            "after": counted(lambda: (parallel_op(), release_pool()))}
+            "after": counted(lambda: (parallel_op(), release_pool()), want=base)}
 
 
 def tiny():
@@ -86,7 +123,7 @@ def generator() -> dict[str, int]:
     try:
         base = pool_threads()
         results = asyncio.run(gen.generate([GenRequest(prompt_ids=prompt, max_new_tokens=4)]))
-        return {"base": base, "after": pool_threads(), "tokens": len(results[0].token_ids)}  # its thread lives on
+        return {"base": base, "after": settled(base), "tokens": len(results[0].token_ids)}  # its thread lives on
     finally:
         gen.close()
 
@@ -101,7 +138,7 @@ def versioned() -> dict[str, int]:
     async def go():
         base = pool_threads()
         await gen.update(parallel_op, 1)  # in a reused worker thread
-        return {"base": base, "after": pool_threads(), "version": gen.version}
+        return {"base": base, "after": settled(base), "version": gen.version}
 
     return asyncio.run(go())
 
@@ -131,7 +168,7 @@ def update(k: int) -> dict[str, int]:
         rollout = await trainer.roll_out(1, sync_weights=False)
         with ThreadPoolExecutor(1, initializer=learner_thread, initargs=(2,)) as learner:
             metrics, _ = await trainer.learn(1, rollout, executor=learner if k else None)
-            return {"base": base, "after": pool_threads(), "version": trainer.version,  # the learner's thread alive
+            return {"base": base, "after": settled(base), "version": trainer.version,  # the learner's thread alive
                     "kept": int(metrics["batch/kept"])}
 
     return asyncio.run(go())
@@ -143,6 +180,8 @@ def main() -> None:
     t = threading.Thread(target=torch.set_num_threads, args=(2,))
     t.start()
     t.join()
+    if not _until(lambda: t.native_id not in tids(), 30):  # (not `gone`: the pthreadpool thread stays)
+        raise RuntimeError(f"thread {t.native_id} still there 30 s after it ended")
     scenario = sys.argv[1]
     out = {"thread": thread, "generator": generator, "versioned": versioned,
            "update0": lambda: update(0), "update1": lambda: update(1)}[scenario]()
