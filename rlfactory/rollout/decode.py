@@ -33,7 +33,7 @@ from rlfactory.passes import plan_micro_batches
 from rlfactory.rollout.attention_masks import MaskPlan, mask_plan
 from rlfactory.rollout.decode_graph import StaticDecode, static_mask_plan
 from rlfactory.rollout.generator import GenRequest
-from rlfactory.rollout.kv_cache import RowKV, SlotCache, cache_of_rows, new_cache, take_row
+from rlfactory.rollout.kv_cache import RowKV, SlotCache, cache_kwarg, cache_of_rows, new_cache, take_row
 from rlfactory.rollout.sampling import RowSampling, sample, seeded_uniforms
 
 PREFILL_OVERHEAD_TOKENS = 48
@@ -156,8 +156,9 @@ class DecodeLoop:
         return self._plan
 
     def _logits(self, rows: list[Row], input_ids, mask, pos, cache, keep: torch.Tensor | None = None) -> torch.Tensor:
-        out = self.model()(input_ids=input_ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-                           use_cache=True, logits_to_keep=1)
+        model = self.model()
+        out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, **cache_kwarg(model, cache),
+                    use_cache=True, logits_to_keep=1)
         return self._process(rows, out.logits[:, -1, :], keep)
 
     def _process(self, rows: list[Row], logits: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -463,7 +464,8 @@ class DecodeLoop:
             return
         ids = torch.tensor([first[:common]], dtype=torch.long, device=self.device)
         cache = new_cache()
-        self.model()(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model = self.model()
+        model(input_ids=ids, **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1)
         shared = take_row(cache, 0, torch.arange(common, device=self.device))
         self.stats["shared_prefix_tokens"] += common * (len(fresh) - 1)
         for i in fresh:

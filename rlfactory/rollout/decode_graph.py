@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from rlfactory.rollout.attention_masks import FULL, MaskPlan
-from rlfactory.rollout.kv_cache import SlotCache
+from rlfactory.rollout.kv_cache import SlotCache, cache_kwarg
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class StaticDecode:
         cache.begin_full_step()
         cols = self._cols.unsqueeze(0).expand(pos.shape[0], -1)  # a key's column is its position
         mask = plan.build(cols, cols <= pos, pos)
-        out = model(input_ids=self._ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
+        out = model(input_ids=self._ids, attention_mask=mask, position_ids=pos, **cache_kwarg(model, cache),
                     use_cache=True, logits_to_keep=1)
         self._out = out.logits[:, -1, :]
         return self._out

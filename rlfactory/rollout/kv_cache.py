@@ -10,9 +10,32 @@ prefill of attention kernels that cannot take masks by position (decode.py).
 
 from __future__ import annotations
 
+import functools
+import inspect
+from typing import Any
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+
+def cache_kwarg(model: Any, cache: Any) -> dict[str, Any]:
+    """`{name: cache}`, the cache argument of a forward call of `model` under the name its forward
+    takes: transformers 5.24 renamed `past_key_values` to `cache` (the old name warns, and goes in
+    5.40), models of earlier releases and remote code know only `past_key_values`, and a forward
+    with **kwargs would silently drop a name it does not know. A peft model is asked of its base."""
+    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    return {_cache_name(type(base)): cache}
+
+
+@functools.cache
+def _cache_name(cls: type) -> str:
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
+def returned_cache(out: Any) -> Any:
+    """The cache a forward returned (`out.cache` from transformers 5.24, `out.past_key_values` before)."""
+    return out["cache"] if "cache" in out else out["past_key_values"]
 
 
 def new_cache() -> DynamicCache:

@@ -24,6 +24,7 @@ from transformers import DynamicCache
 
 from rlfactory.algos.utils import entropy_from_logits, token_logprobs
 from rlfactory.rollout.attention_masks import mask_plan
+from rlfactory.rollout.kv_cache import cache_kwarg, returned_cache
 from rlfactory.train.batch import TrainBatch, filler_batch, micro_batches
 
 
@@ -69,9 +70,9 @@ def predictive_hidden(decoder: nn.Module, batch: TrainBatch, share_prefix: bool 
     pos_p = (pm.cumsum(-1) - 1).clamp(min=0)
     # A config-less cache keeps every column (a model's own cache drops keys that slid out of a window).
     out = decoder(input_ids=batch.prompt_ids, attention_mask=attention(pm, pos_p, pos_p), position_ids=pos_p,
-                  past_key_values=DynamicCache(), use_cache=True)
+                  **cache_kwarg(decoder, DynamicCache()), use_cache=True)
     cache = DynamicCache()
-    for layer, entry in enumerate(out.past_key_values.layers):
+    for layer, entry in enumerate(returned_cache(out).layers):
         cache.update(entry.keys.index_select(0, idx), entry.values.index_select(0, idx), layer)
     last = out.last_hidden_state[torch.arange(len(plen), device=pm.device), plen - 1][idx]  # [B, H]
     if lc == 1:
@@ -80,7 +81,7 @@ def predictive_hidden(decoder: nn.Module, batch: TrainBatch, share_prefix: bool 
     mask_c = torch.cat([pm[idx], cm[:, :-1]], 1)
     hc = decoder(
         input_ids=batch.completion_ids[:, :-1], attention_mask=attention(mask_c, torch.cat([pos_p[idx], pos_c], 1), pos_c),
-        position_ids=pos_c, past_key_values=cache, use_cache=True,
+        position_ids=pos_c, **cache_kwarg(decoder, cache), use_cache=True,
     ).last_hidden_state
     return torch.cat([last.unsqueeze(1), hc], 1)
 

@@ -3,14 +3,16 @@ grow (slots and columns) without losing anything, and a long observation on top 
 (a later turn) still decodes exactly like a fresh prefill."""
 
 import asyncio
+import inspect
 
 import pytest
 import torch
 from rollout_fakes import one_torch_thread, tiny_random_lm
+from transformers import Qwen3ForCausalLM
 
 from rlfactory.rollout.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
-from rlfactory.rollout.kv_cache import SlotCache
+from rlfactory.rollout.kv_cache import SlotCache, cache_kwarg
 from rlfactory.rollout.local import LocalGenerator
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)
@@ -57,6 +59,7 @@ def test_long_observation_on_a_kept_cache_decodes_like_a_fresh_prefill():
     assert second.token_ids == fresh[0, len(context):].tolist()
 
 
+@pytest.mark.filterwarnings("error:.*past_key_values:FutureWarning")  # transformers >= 5.24 calls it `cache`
 @pytest.mark.parametrize("in_slots", [True, False], ids=["prefill_in_slots", "prefill_padded"])
 def test_both_prefills_decode_like_generate_across_turns(in_slots):
     """The prefill in the decode cache (sdpa/eager: masks by position) and the padded prefill in a
@@ -143,3 +146,46 @@ def test_the_decode_cache_is_kept_between_worker_sessions_until_freed_or_the_mod
     fourth = asyncio.run(free_while_generating())
     assert gen.loop.cache is None
     assert [r.token_ids for r in fourth] == [r.token_ids for r in third]
+
+
+NEW_NAME = "cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters else "past_key_values"
+
+
+class OldCacheName(Qwen3ForCausalLM):
+    """A forward that knows the cache only as `past_key_values` (transformers before 5.24, remote
+    code) and, as many do, ignores keyword arguments it does not know."""
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None,
+                logits_to_keep=0, **ignored):
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               use_cache=use_cache, logits_to_keep=logits_to_keep, **{NEW_NAME: past_key_values})
+
+
+def test_the_cache_goes_by_the_name_the_models_forward_takes():
+    from peft import LoraConfig, get_peft_model
+
+    new = tiny_random_lm()
+    old = OldCacheName(new.config).eval()
+    old.load_state_dict(new.state_dict())
+    c = object()
+    assert cache_kwarg(old, c) == {"past_key_values": c} and cache_kwarg(new, c) == {NEW_NAME: c}
+    lora = get_peft_model(OldCacheName(new.config), LoraConfig(r=2, target_modules=["q_proj"]))
+    assert cache_kwarg(lora, c) == {"past_key_values": c}  # peft's forward(*args, **kwargs): its base's name
+
+    greedy = SamplingConfig(greedy=True)
+    prompt = [(3 * j) % 250 + 1 for j in range(9)]
+
+    def two_turns(model):
+        gen = LocalGenerator(model, pad_id=0)
+
+        async def go():
+            first = await gen.submit(GenRequest(prompt, max_new_tokens=5, sampling=greedy, session="s"))
+            context = prompt + first.token_ids + [7, 8, 9]
+            second = await gen.submit(GenRequest(context, max_new_tokens=5, sampling=greedy, session="s"))
+            return first.token_ids, context, second.token_ids
+
+        return asyncio.run(go())
+
+    first, context, second = two_turns(old)  # decoded on its cache, not on each step's new token alone
+    assert first == _greedy_reference(new, prompt, 5) and second == _greedy_reference(new, context, 5)
+    assert two_turns(new) == (first, context, second)

@@ -49,6 +49,7 @@ def _plain_logprobs(model, traj, temperature=1.0):
     return lp[traj.prompt_len - 1 :]
 
 
+@pytest.mark.filterwarnings("error:.*past_key_values:FutureWarning")  # transformers >= 5.24 calls it `cache`
 @pytest.mark.parametrize("share_prefix", [True, False])
 def test_forward_matches_a_plain_forward_of_each_trajectory(share_prefix):
     model = tiny_qwen3()
