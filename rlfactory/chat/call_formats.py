@@ -12,7 +12,7 @@ lenient where that costs nothing (a `<tool_call>` block may hold an object or a 
 and "parameters" are both accepted) and never raises: it returns None (no call was attempted: the
 turn is an answer), a `FoundCalls`, or the reason (a str) why the attempted call cannot be run.
 It runs in time linear in the text, on the helpers of rlfactory/chat/parsing.py: tags are paired by
-`find_regions` (one left-to-right pass), JSON goes through the bounded `decode_json` (huge
+`find_json_regions` (one left-to-right pass; a close tag inside a JSON string is not one), JSON goes through the bounded `decode_json` (huge
 integers, NaN, deep nesting and unpaired surrogates become a reason).
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rlfactory.chat.parsing import (
-    JsonError, TagPair, call_from_object, decode_json, decode_json_prefix, find_regions, outside_regions,
+    JsonError, TagPair, call_from_object, decode_json, decode_json_prefix, find_json_regions, outside_regions,
 )
 from rlfactory.tools.base import ToolCall
 
@@ -97,7 +97,7 @@ class HermesFormat:
         return "\n".join(f"<tool_call>\n{_dumps(o)}\n</tool_call>" for o in objs)
 
     def parse(self, visible: str) -> ParsedCalls:
-        blocks = find_regions(visible, [_TOOL_CALL_PAIR])
+        blocks = find_json_regions(visible, _TOOL_CALL_PAIR)
         outside = outside_regions(visible, blocks)
         if "<tool_call>" in outside:
             return "<tool_call> is not closed with </tool_call>"

@@ -247,6 +247,37 @@ def _find_opening(text: str, opening: str | re.Pattern[str], pos: int) -> tuple[
     return (m.start(), m.end()) if m else (_NONE, _NONE)
 
 
+def find_json_regions(text: str, pair: TagPair) -> list[Region]:
+    """`find_regions(text, [pair])` for tags around a JSON value (`<tool_call>{...}</tool_call>`),
+    whose strings may hold the close tag itself (a call whose argument is code or markup that
+    contains `</tool_call>`, as a template's `tojson` writes it): a region ends at the first close
+    after the JSON value that begins its body (whitespace around it allowed) when that value runs
+    past the first close, else at the first close, as `find_regions`.
+
+    Linear in `len(text)`: a decode reads past a later opening only inside a JSON string (outside
+    one, `<` ends it), and a string a second decode starts there cannot hold a third's (its quote
+    would be an escaped `\\"` inside the first, where the second decode fails on the backslash), so
+    no character is read by more than two decodes. `pair.open` and `pair.close` are literals."""
+    assert isinstance(pair.open, str) and pair.close is not None
+    regions: list[Region] = []
+    pos = 0
+    while (start := text.find(pair.open, pos)) != -1:
+        body_start = start + len(pair.open)
+        close = text.find(pair.close, body_start)
+        if close == -1:
+            if pair.unclosed == "to_end":
+                regions.append(Region(0, start, body_start, len(text), len(text), False))
+            return regions
+        decoded = decode_json_prefix(text, _skip_whitespace(text, body_start))
+        if isinstance(decoded, JsonValue) and decoded.end > close:
+            after = _skip_whitespace(text, decoded.end)
+            if text.startswith(pair.close, after):
+                close = after
+        pos = close + len(pair.close)
+        regions.append(Region(0, start, body_start, close, pos, True))
+    return regions
+
+
 def outside_regions(text: str, regions: Sequence[Region]) -> str:
     """`text` with `regions` (sorted, not overlapping, as `find_regions` returns them) cut out."""
     parts, pos = [], 0

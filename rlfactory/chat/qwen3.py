@@ -24,7 +24,7 @@ from collections.abc import Collection, Sequence
 from typing import Any, Literal
 
 from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls
-from rlfactory.chat.parsing import (TagPair, answer_text, call_from_json, find_regions, outside_regions,
+from rlfactory.chat.parsing import (TagPair, answer_text, call_from_json, find_json_regions, outside_regions,
                                     split_reasoning, unknown_tool_reason)
 from rlfactory.chat.template import ChatTemplate, ModelTurn, conversation, openai_tool_calls, openai_tools
 from rlfactory.chat.templates import load_template
@@ -66,7 +66,7 @@ class Qwen3ToolManager:
     def parse(self, text: str, known_tools: Collection[str] | None = None) -> ParseResult:
         """Linear in `len(text)`; never raises (JSON limits: see `parsing.decode_json`)."""
         _, visible = split_reasoning(text, protect=[_CALL])
-        blocks = find_regions(visible, [_CALL])
+        blocks = find_json_regions(visible, _CALL)
         outside = outside_regions(visible, blocks)
         if "<tool_call>" in outside:
             return Malformed("<tool_call> is not closed with </tool_call>")

@@ -41,6 +41,14 @@ def test_written_calls_parse_back(cs):
         assert [(c.name, c.arguments) for c in found.calls] == [(c.name, c.arguments) for c in cs]
 
 
+def test_a_close_tag_inside_an_argument_parses_back():
+    cs = [ToolCall("run", {"code": 'print("</tool_call>")'}), ToolCall("f", {"x": "</tool_call>\n<tool_call>"})]
+    for name in ("hermes", "hermes_list"):
+        found = get_format(name).parse(get_format(name).format_calls(cs))
+        assert isinstance(found, FoundCalls) and [(c.name, c.arguments) for c in found.calls] == [
+            (c.name, c.arguments) for c in cs], name
+
+
 @pytest.mark.parametrize("name, text, reason", [
     ("hermes", "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": " + "9" * 6000 + "}}</tool_call>", "digits"),
     ("hermes", "<tool_call>" + "[" * 50_000 + "</tool_call>", "nested deeper than"),

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlfactory.chat.parsing import (MAX_INT_DIGITS, MAX_JSON_DEPTH, JsonError, JsonValue, TagPair, answer_text,
-                                    decode_json, decode_json_prefix, find_regions, is_call_object, outside_regions,
-                                    split_reasoning)
+                                    decode_json, decode_json_prefix, find_json_regions, find_regions, is_call_object,
+                                    outside_regions, split_reasoning)
 
 
 def nested(depth: int) -> str:
@@ -96,6 +96,51 @@ def test_find_regions_unclosed_and_open_ended_pairs():
     line = TagPair(re.compile(r"^(?=\{)", re.MULTILINE))
     r = find_regions("a\n{b\n{c", [line])
     assert [(x.start, x.end) for x in r] == [(2, 7)]
+
+
+# -- find_json_regions: a close tag inside the JSON value's strings does not end the region -----------
+CALL = TagPair("<tool_call>", "</tool_call>")
+call_soup = st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "{", "}", "[", "]", ":", ",", "1", "null", " ",
+                                      "\n", "x"]), max_size=40).map("".join)
+
+
+def test_find_json_regions_skips_a_close_tag_inside_a_string():
+    text = ('x<tool_call>\n{"name": "a", "arguments": {"code": "</tool_call>"}}\n</tool_call> y '
+            '<tool_call>{"name": "b"}</tool_call><tool_call>not json</tool_call>"</tool_call>')
+    r = find_json_regions(text, CALL)
+    assert [text[x.body_start: x.body_end] for x in r] == [
+        '\n{"name": "a", "arguments": {"code": "</tool_call>"}}\n', '{"name": "b"}', "not json"]
+    assert outside_regions(text, r) == 'x y "</tool_call>'
+    # a value that runs past the first close but is not followed by a close: the first close
+    text = '<tool_call>{"a": "</tool_call>"} and more'
+    assert [(x.body_end, x.end) for x in find_json_regions(text, CALL)] == [(text.index("</"), text.index('"}'))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=call_soup)
+def test_find_json_regions_is_find_regions_where_no_string_holds_a_close(text):
+    """Without quotes no JSON value can hold a close tag, so the regions are `find_regions`'s."""
+    for pair in (CALL, TagPair("<tool_call>", "</tool_call>", unclosed="to_end")):
+        assert find_json_regions(text, pair) == find_regions(text, [pair])
+
+
+def test_find_json_regions_reads_linearly(monkeypatch):
+    """Decodes that run past later openings (one string around them all, each with a long array of
+    its own) read each character at most twice (find_json_regions' doc says why), not once per opening."""
+    import rlfactory.chat.parsing as parsing
+
+    read, real = [], parsing.decode_json_prefix
+
+    def counting(text, start=0, **kw):
+        out = real(text, start, **kw)
+        read.append((out.end if isinstance(out, JsonValue) else out.pos) - start)
+        return out
+
+    monkeypatch.setattr(parsing, "decode_json_prefix", counting)
+    text = '<tool_call>"' + ("<tool_call>[" + "1," * 50 + "</tool_call>") * 2000 + '"'
+    regions = find_json_regions(text, CALL)
+    assert len(regions) == len(read) == 2000  # the first region holds the first two openings
+    assert sum(read) <= 2 * len(text)
 
 
 def test_split_reasoning_and_answer_text():
