@@ -17,7 +17,6 @@ from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.prompt_env import PromptEnv
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
-from rlfactory.trajectory import Trajectory
 from rlfactory.tiny import resolve_model
 from rlfactory.tools import ToolRunner, function_tool
 from rlfactory.tools.base import ToolResult

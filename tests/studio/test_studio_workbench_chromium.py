@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from conftest import ROOT
 from rlfactory.studio import procs
 
 pytestmark = [pytest.mark.chromium, pytest.mark.slow]
