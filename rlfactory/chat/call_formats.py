@@ -12,8 +12,9 @@ lenient where that costs nothing (a `<tool_call>` block may hold an object or a 
 and "parameters" are both accepted) and never raises: it returns None (no call was attempted: the
 turn is an answer), a `FoundCalls`, or the reason (a str) why the attempted call cannot be run.
 It runs in time linear in the text, on the helpers of rlfactory/chat/parsing.py: tags are paired by
-`find_json_regions` (one left-to-right pass; a close tag inside a JSON string is not one), JSON goes through the bounded `decode_json` (huge
-integers, NaN, deep nesting and unpaired surrogates become a reason).
+`find_json_regions` (one left-to-right pass; a close tag inside a JSON string is not one), JSON
+goes through the bounded `decode_json` (huge integers, NaN, deep nesting and unpaired surrogates
+become a reason).
 """
 
 from __future__ import annotations
