@@ -348,6 +348,11 @@ def main() -> None:
 
     print(f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
           f"torch threads {torch.get_num_threads()}; load average {loadavg()}")
+    from rlfactory.rollout.model_source import pick_device
+
+    device = pick_device("auto")  # model.device is "auto" (the default) in these configs
+    print(f"device {device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+          + ("" if urls is None else " (the trainer's; generation on the servers)"))
     print(f"model {args.model}; search env, {args.prompts} prompts x group {args.group} per step, {args.steps} steps; "
           f"tool latency log-normal median {args.median} s sigma {args.sigma}; 1-3 searches per trajectory "
           f"({'scripted' if scripted else 'the model s own'} calls)")
