@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from rlfactory.distributed.cluster import actor_died_errors
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.rollout.engine import group_names
 from rlfactory.trajectory import Trajectory
 
 
@@ -32,11 +33,6 @@ def split_rows(rows: int, workers: int) -> list[tuple[int, int]]:
         out.append((start, stop))
         start = stop
     return out
-
-
-def group_names(rows: list[dict[str, Any]]) -> list[str]:
-    """The group of each row as RolloutEngine names it (its `id`, else its index in the call)."""
-    return [str(row.get("id", index)) for index, row in enumerate(rows)]
 
 
 class RayRolloutEngine:
@@ -61,10 +57,10 @@ class RayRolloutEngine:
         if seeds is not None and len(seeds) != len(rows):
             raise ValueError(f"RayRolloutEngine.run: {len(seeds)} seeds for {len(rows)} rows")
         shards = [(w, a, b) for w, (a, b) in enumerate(split_rows(len(rows), len(self.workers))) if b > a]
+        names = group_names(rows)  # named over the whole call, as one engine would: a row met twice gets `#2`
         outs = await asyncio.gather(*(
-            self._shard(w, rows[a:b], n, policy_version, list(seeds[a:b]) if seeds is not None else None)
+            self._shard(w, rows[a:b], names[a:b], n, policy_version, list(seeds[a:b]) if seeds is not None else None)
             for w, a, b in shards))
-        names = group_names(rows)
         trajs: list[Trajectory] = []
         for (w, a, b), out in zip(shards, outs):
             if len(out) != (b - a) * n:
@@ -75,7 +71,7 @@ class RayRolloutEngine:
                 trajs.append(traj)
         return trajs
 
-    async def _shard(self, w: int, rows: list[dict[str, Any]], n: int, version: int,
+    async def _shard(self, w: int, rows: list[dict[str, Any]], groups: list[str], n: int, version: int,
                      seeds: list[int] | None) -> list[Trajectory]:
         reason = ""
         for attempt in range(1 + self.shard_retries):
@@ -87,9 +83,9 @@ class RayRolloutEngine:
                 await self.workers.replace(w, actor, reason)
                 if attempt < self.shard_retries:
                     self.reruns += 1
-        return [self._lost(row, k, reason) for row in rows for k in range(n)]
+        return [self._lost(row, group, k, reason) for row, group in zip(rows, groups) for k in range(n)]
 
-    def _lost(self, row: dict[str, Any], k: int, reason: str) -> Trajectory:
+    def _lost(self, row: dict[str, Any], group: str, k: int, reason: str) -> Trajectory:
         info = self.env.info(row) if hasattr(self.env, "info") else dict(row)
-        return Trajectory(id=f"?-{k}", group="?", info=dict(info), status="infra_error",
+        return Trajectory(id=f"{group}-{k}", group=group, info=dict(info), status="infra_error",
                           error=f"{reason}; not re-run (ray.shard_retries={self.shard_retries})")
