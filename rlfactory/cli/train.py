@@ -1,4 +1,4 @@
-"""`rlfactory train CONFIG [KEY=VALUE ...] [--resume] [--nproc N]`: train a policy with RL on a config.
+"""`rlfactory train CONFIG [KEY=VALUE ...] [--resume] [--restart] [--nproc N]`: train a policy with RL on a config.
 
 Under torchrun (RANK and WORLD_SIZE set) every rank runs this command and the trainer uses the
 FSDP2 learner (rlfactory.distributed.fsdp); `--nproc N` starts that launch on this machine:
@@ -24,6 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("config", help="run config (YAML)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. trainer.lr=1e-5")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in trainer.run_dir")
+    p.add_argument("--restart", action="store_true",
+                   help="start over in a trainer.run_dir that holds a run: delete its logs, trajectories and checkpoints "
+                   "(with --resume: only when it has no checkpoint to continue from). Without it a run directory's "
+                   "history is never deleted")
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="train with the FSDP2 learner on N processes of this machine (starts torchrun)")
     p.set_defaults(func=run)
@@ -34,7 +38,7 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
     """The torchrun launch that `--nproc N` runs (the same command without --nproc on each rank)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
            "-m", "rlfactory.cli.main", "train", args.config, *args.overrides]
-    return cmd + (["--resume"] if args.resume else [])
+    return cmd + (["--resume"] if args.resume else []) + (["--restart"] if args.restart else [])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         return subprocess.call(torchrun_command(args))
     cfg = load_run_config(args.config, args.overrides)
     if launched_by_torchrun():
-        return _run_rank(cfg, args.resume)
+        return _run_rank(cfg, args.resume, args.restart)
     from rlfactory.train.run import train
 
     open_session = None
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         open_session = open_ray_rollout
     try:
-        history = asyncio.run(train(cfg, resume=args.resume, open_session=open_session))
+        history = asyncio.run(train(cfg, resume=args.resume, open_session=open_session, restart=args.restart))
     except stops as e:
         print(f"rlfactory train: {e}", file=sys.stderr)
         return 2
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_rank(cfg, resume: bool) -> int:
+def _run_rank(cfg, resume: bool, restart: bool = False) -> int:
     """This process is one rank of a torchrun launch: train with the FSDP2 learner."""
     from rlfactory.distributed.fsdp import FsdpLearner, check_config
     from rlfactory.train.run import train
@@ -85,7 +89,7 @@ def _run_rank(cfg, resume: bool) -> int:
     finished = False
     try:
         check_config(cfg, learner.world_size)
-        history = asyncio.run(train(cfg, resume=resume, parallel=learner))
+        history = asyncio.run(train(cfg, resume=resume, parallel=learner, restart=restart))
         finished = True
     except FileExistsError as e:
         if learner.is_main:

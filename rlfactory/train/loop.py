@@ -48,6 +48,7 @@ from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, is_weight_
 from rlfactory.train.batch import collate, empty_batch, loss_tokens, row_shape
 from rlfactory.train.checkpoint import (
     CheckpointMeta,
+    latest_checkpoint,
     load_checkpoint,
     read_meta,
     save_checkpoint,
@@ -137,6 +138,8 @@ class Trainer:
         self.sampler = PromptSampler(train_rows, tr.prompts_per_step, tr.seed)
         self.step_done = 0
         self.version = 0
+        self.weights_step: int | None = 0
+        """The step whose update the weights hold; None while an update changes them."""
         self.policy.eval()
 
     # ---- the step ---------------------------------------------------------------------------
@@ -207,6 +210,7 @@ class Trainer:
         gen_tokens = sum(sum(t.loss_mask) for t in trajs)
         t1 = time.perf_counter()
         if keep.any():
+            self.weights_step = None  # until step_done says which step they hold (save_finished_step)
             args = (self._learn, step, trajs, owners, rewards, groups, valid, keep)
             # the training thread's OpenMP pool is freed after: it would throttle generation (openmp.py)
             metrics.update(released(*args) if executor is None else
@@ -220,7 +224,7 @@ class Trainer:
         if self.weight_sync is not None:
             synced = await self.weight_sync.push(self.policy, self.version)
         metrics.update(synced)
-        self.step_done = step
+        self.step_done = self.weights_step = step
         metrics.update({
             "policy_version": float(self.version),
             "perf/gen_tokens_per_s": gen_tokens / max(t_gen, 1e-9),
@@ -367,6 +371,16 @@ class Trainer:
         state["optimizer"] = self.optimizer.state_dict()
         return save_checkpoint(tr.run_dir, meta, self.policy, self.tokenizer, state, tr.keep_last)
 
+    def save_finished_step(self) -> Path | None:
+        """On a stop: the checkpoint of the last finished step, unless it exists already; None
+        when the weights are past that step (the stop came during an update)."""
+        if self.weights_step != self.step_done:
+            return None
+        last = latest_checkpoint(self.cfg.trainer.run_dir)
+        if last is not None and read_meta(last).step == self.step_done:
+            return last
+        return self.save()
+
     def restore(self, path: str | Path) -> None:
         """Continue from checkpoint folder `path` (weights, optimizer, scheduler, RNG, position)."""
         meta = read_meta(path)
@@ -392,7 +406,8 @@ class Trainer:
         if self.critic is not None and "critic" in state:
             self.critic.load_state_dict(state["critic"])
         set_rng_state(state["rng"])
-        self.step_done, self.version = meta.step, meta.policy_version
+        self.step_done = self.weights_step = meta.step
+        self.version = meta.policy_version
         self.policy.eval()
 
 

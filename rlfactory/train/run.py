@@ -15,18 +15,20 @@ from rlfactory.run_state import write_run_state
 from rlfactory.train.checkpoint import latest_checkpoint
 from rlfactory.train.config import RunConfig
 from rlfactory.train.data import pin_threads
+from rlfactory.train.history import RESTART_FLAG, clear_history, start_over_refusal
 from rlfactory.train.loop import Trainer
 from rlfactory.train.parallel import Parallel, SingleProcess
 from rlfactory.train.runlog import RunLog
 
 
-def check_run_dir(cfg: RunConfig, resume: bool) -> tuple[Path, Path | None]:
-    """(run_dir, checkpoint to resume); a FileExistsError when run_dir holds checkpoints and
-    `resume` is off. Writes nothing."""
+def check_run_dir(cfg: RunConfig, resume: bool, restart: bool = False) -> tuple[Path, Path | None]:
+    """(run_dir, checkpoint to resume). A FileExistsError (one line, history.start_over_refusal)
+    when starting over would delete what run_dir has logged and `restart` is off. Writes nothing."""
     run_dir = Path(cfg.trainer.run_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
-    if not resume and latest_checkpoint(run_dir) is not None:
-        raise FileExistsError(f"{run_dir} already holds checkpoints: pass --resume to continue, or pick another trainer.run_dir")
+    refusal = None if restart else start_over_refusal(run_dir, resume)
+    if refusal is not None:
+        raise FileExistsError(refusal)
     return run_dir, ckpt
 
 
@@ -46,7 +48,7 @@ def load_env_data(env: Env, split: str) -> list[dict]:
 
 
 async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
-                parallel: Parallel | None = None) -> list[dict[str, float]]:
+                parallel: Parallel | None = None, restart: bool = False) -> list[dict[str, float]]:
     """`rlfactory train`: run (or continue) the configured training; returns the new steps' metrics.
 
     The env, tools, reward and data are checked (rlfactory/rollout/prepare.py) before the run
@@ -54,7 +56,12 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
     rlfactory.rollout.build.open_rollout, everything in this process; `rlfactory train` passes
     rlfactory.distributed.open_ray_rollout for `trainer.backend: ray`). `parallel`: this process's
     rank of the FSDP learner under torchrun (every rank calls this; rank 0 writes the run
-    directory's files); default one process."""
+    directory's files); default one process.
+
+    Nothing logged is deleted unless `restart` (`--restart`): without a checkpoint to continue
+    from, a run directory with logs is refused (history.py). With `resume` and `restart` it
+    continues from the last checkpoint when there is one, else starts over. A stop (Ctrl-C,
+    SIGINT) writes the checkpoint of the last finished step, whatever trainer.save_every says."""
     from rlfactory.rollout.build import open_rollout
 
     parallel = parallel if parallel is not None else SingleProcess()
@@ -62,7 +69,7 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
     if open_session is None and cfg.trainer.backend != "local":
         raise ValueError(f"trainer.backend {cfg.trainer.backend!r} needs its session opener "
                          "(rlfactory train passes rlfactory.distributed.open_ray_rollout)")
-    run_dir, ckpt = check_run_dir(cfg, resume)
+    run_dir, ckpt = check_run_dir(cfg, resume, restart)
     main = parallel.is_main
     splits = ("train", "test") if cfg.trainer.eval_every else ("train",)
     async with (open_session or open_rollout)(cfg, reward_mode="required", check_splits=splits) as session:
@@ -70,9 +77,12 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
         train_rows = load_env_data(env, "train")
         test_rows = load_env_data(env, "test") if cfg.trainer.eval_every else None
         if main:
+            if ckpt is None and restart:
+                cleared = clear_history(run_dir)
+                if not cleared.empty:
+                    print(f"rlfactory train: {RESTART_FLAG}: deleted {cleared.describe()} of {run_dir}; starting from step 0",
+                          file=sys.stderr)
             write_run_config(cfg, run_dir)
-            if resume and ckpt is None:
-                print(f"rlfactory train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
         trainer = Trainer(cfg, session, reward, train_rows, test_rows, parallel=parallel)
         if ckpt is not None:
             trainer.restore(ckpt)
@@ -82,7 +92,10 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
         try:
             history = await trainer.run(log)
         except (KeyboardInterrupt, asyncio.CancelledError):
-            state(run_dir, "stopped", f"interrupted at step {trainer.step_done} of {cfg.trainer.steps}")
+            saved = _checkpoint_on_stop(trainer, parallel)
+            state(run_dir, "stopped", f"interrupted at step {trainer.step_done} of {cfg.trainer.steps}; {saved}")
+            if main:
+                print(f"rlfactory train: stopped at step {trainer.step_done} of {cfg.trainer.steps}; {saved}", file=sys.stderr)
             raise
         except BaseException as e:
             state(run_dir, "failed", f"{type(e).__name__}: {e}"[:500])
@@ -93,3 +106,16 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
         done = trainer.step_done >= cfg.trainer.steps
         state(run_dir, "finished" if done else "stopped", f"step {trainer.step_done} of {cfg.trainer.steps}")
         return history
+
+
+def _checkpoint_on_stop(trainer: Trainer, parallel: Parallel) -> str:
+    """Write the checkpoint of the last finished step on a stop (so `--resume` continues there and
+    nothing logged is cut); one phrase saying what was done."""
+    if trainer.step_done == 0:
+        return "no step finished"
+    if parallel.world_size > 1:  # a collective save while ranks stop at different places could hang
+        return "no checkpoint written on a stop under torchrun (the last one is trainer.save_every's)"
+    path = trainer.save_finished_step()
+    if path is None:
+        return "no checkpoint written: the stop came during an update"
+    return f"checkpoint {path} (continue with --resume)"
