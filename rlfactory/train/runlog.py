@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from rlfactory.train.system_metrics import SystemMetrics
 from rlfactory.trajectory import Trajectory, write_jsonl
 
 
@@ -46,6 +48,7 @@ class RunLog:
                 p.unlink(missing_ok=True)
             for p in self.traj_dir.glob("step_*.jsonl") if self.traj_dir.is_dir() else []:
                 p.unlink()
+        self._system = SystemMetrics()
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -65,8 +68,12 @@ class RunLog:
                     p.unlink()
 
     def log(self, step: int, metrics: dict[str, float], kind: str = "train") -> None:
-        """Append `metrics` for `step` (kind "train" -> metrics.jsonl, "eval" -> eval.jsonl)."""
-        record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        """Append `metrics` for `step` (kind "train" -> metrics.jsonl, "eval" -> eval.jsonl), with
+        `wall_time` (unix seconds; the studio's time axis) and, for "train", the system metrics
+        of the step (system_metrics.py; they go to TensorBoard too)."""
+        if kind == "train":
+            metrics = {**metrics, **self._system.sample()}
+        record = {"step": step, "wall_time": round(time.time(), 3), **{k: _clean(v) for k, v in metrics.items()}}
         path = self.metrics_path if kind == "train" else self.eval_path
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
