@@ -15,8 +15,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from rlfactory.config import ConfigError
-from rlfactory.studio import routes_launch, routes_runs, routes_tools
+from rlfactory.studio import routes_launch, routes_manage, routes_runs, routes_tools
 from rlfactory.studio.auth import TokenAuth
+from rlfactory.studio.changes import PromptIndex
 from rlfactory.studio.jobs import JobManager
 from rlfactory.studio.paths import BadPath
 from rlfactory.studio.playground import Playground
@@ -48,6 +49,7 @@ class StudioState:
     steps: StepCache
     tools: ToolSessions
     playground: Playground
+    prompts: PromptIndex = field(default_factory=PromptIndex)
 
 
 def _error(status: int, message: str, issues: list[dict[str, Any]] | None = None) -> JSONResponse:
@@ -91,6 +93,7 @@ def create_app(settings: StudioSettings) -> Starlette:
         Route("/", index),
         Route("/api/whoami", whoami),
         *routes_runs.routes,
+        *routes_manage.routes,
         *routes_launch.routes,
         *routes_tools.routes,
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
