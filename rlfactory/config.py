@@ -11,9 +11,11 @@ package may use it.
 from __future__ import annotations
 
 import copy
+import difflib
 import os
+import typing
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Iterable, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, ValidationInfo
@@ -23,6 +25,19 @@ M = TypeVar("M", bound=BaseModel)
 
 class ConfigError(ValueError):
     """A config problem, with the key and the file it came from in the message."""
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest to `name` (difflib, ratio >= 0.7), or None."""
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """`"; did you mean 'x'?"` for the closest candidate to `name`, or "" when none is close. The one
+    helper behind every suggestion (config keys, env and tool names, reward terms, paths)."""
+    close = closest(name, candidates)
+    return f"; did you mean {close!r}?" if close else ""
 
 
 class Section(BaseModel):
@@ -103,12 +118,41 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | None) -> dict[s
     return data
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation may hold (through Optional, unions and Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _keys_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The keys a config section at `loc` (a path of keys below `model`) accepts; [] when unknown.
+    A mapping of sections (`tools.per_tool.NAME`) is stepped through by its value type."""
+    models = [model] if model is not None else []
+    parts = list(loc)
+    while parts and models:
+        part = str(parts.pop(0))
+        nxt: list[type[BaseModel]] = []
+        for m in models:
+            field = m.model_fields.get(part) or next(
+                (f for f in m.model_fields.values() if f.alias == part), None)
+            if field is None:
+                continue
+            annotation = field.annotation
+            if typing.get_origin(annotation) is dict and parts:
+                parts.pop(0)  # the mapping's own key (a tool name, say)
+                annotation = typing.get_args(annotation)[-1]
+            nxt += _models_in(annotation)
+        models = nxt
+    return [name for m in models for name in m.model_fields]
+
+
+def format_validation_error(err: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
     lines = [f"invalid config in {source}:"]
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + did_you_mean(str(e["loc"][-1]), _keys_at(model, tuple(e["loc"][:-1])))
         elif e["type"] == "missing":
             msg = "required key is missing"
         else:
@@ -123,7 +167,7 @@ def validate(model: type[M], data: dict[str, Any], source: str = "<config>", bas
     try:
         return model.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as e:
-        raise ConfigError(format_validation_error(e, source)) from None
+        raise ConfigError(format_validation_error(e, source, model)) from None
 
 
 def load_config(model: type[M], path: str | os.PathLike | None, overrides: list[str] | None = None) -> M:

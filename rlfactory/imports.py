@@ -8,22 +8,17 @@ not as a missing module. Like `rlfactory.config`, this module imports nothing el
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import pkgutil
 import sys
 import traceback
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable
+from typing import Any
 
-from rlfactory.config import ConfigError
+from rlfactory.config import ConfigError, did_you_mean
 
-
-def did_you_mean(name: str, candidates: Iterable[str]) -> str:
-    """`"; did you mean 'x'?"` for the closest candidate to `name`, or "" when none is close."""
-    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.7)
-    return f"; did you mean {close[0]!r}?" if close else ""
+__all__ = ["did_you_mean", "import_module_named", "import_ref", "where"]
 
 
 _OWN = str(Path(__file__).resolve().parent)

@@ -11,7 +11,8 @@ Built-in envs are registered lazily (their modules import only when asked for), 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, TypeVar
+import types
+from typing import Any, Callable, Iterator, TypeVar
 
 from rlfactory.config import ConfigError
 from rlfactory.envs.base import Env, missing_members
@@ -89,9 +90,37 @@ def _has_own_init(cls: type) -> bool:
     return False
 
 
+def _codes(obj: Any) -> Iterator[types.CodeType]:
+    """The code objects of a class member (function, static/class method, property), nested ones too."""
+    for fn in (getattr(obj, "__func__", obj), getattr(obj, "fget", None)):
+        code = getattr(fn, "__code__", None)
+        todo = [code] if code is not None else []
+        while todo:
+            c = todo.pop()
+            yield c
+            todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+
+
+def _reads_options(cls: type) -> bool:
+    """Whether a method of `cls` (below `Env`) reads an attribute named `options` (`self.options`)."""
+    for klass in cls.__mro__:
+        if klass is Env or klass is object:
+            return False
+        if any("options" in code.co_names for member in vars(klass).values() for code in _codes(member)):
+            return True
+    return False
+
+
 def _construct(cls: type, options: dict[str, Any]) -> Any:
-    """`cls(**options)`; a class that keeps `Env`'s constructor gets the options in `self.options`."""
+    """`cls(**options)`; a class that keeps `Env`'s constructor gets the options in `self.options`
+    (options it never reads there are refused: they would be ignored without a word)."""
     if not _has_own_init(cls):
+        unread = [k for k in options if k != "max_turns"]
+        if unread and not _reads_options(cls):
+            key = {"train_data": "env.train_data", "test_data": "env.test_data"}.get(unread[0], f"env.options.{unread[0]}")
+            raise ConfigError(f"{key}: {cls.__qualname__} takes no options (it has no constructor of its own and "
+                              f"never reads self.options), so {', '.join(map(repr, unread))} would be ignored; "
+                              "remove it, or read it in the env as self.options[...]")
         env = cls()
         env.options = dict(options)
         return env

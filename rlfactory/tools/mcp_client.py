@@ -397,6 +397,20 @@ class MCPTool:
         return await self.connection.call(self.remote_name, arguments, trace)
 
 
+def include_problem(conn: ServerConnection | ServerPool) -> str | None:
+    """For a started server whose config's `include` names tools it does not have: one line naming
+    them (with the closest name) and what the server offers; else None."""
+    from rlfactory.config import did_you_mean
+
+    offered = [t.name for t in conn.tools]
+    missing = [n for n in conn.cfg.include or () if n not in offered]
+    if not missing:
+        return None
+    also = f" (nor {', '.join(map(repr, missing[1:]))})" if missing[1:] else ""
+    return (f"mcpServers.{conn.name}.include: the server has no tool {missing[0]!r}{also}"
+            f"{did_you_mean(missing[0], offered)} (it offers: {', '.join(offered) or 'no tools'})")
+
+
 def tools_of(conn: ServerConnection | ServerPool) -> list[MCPTool]:
     """The exposed tools of a started server (its config's include/exclude applied), remote names."""
     out = []

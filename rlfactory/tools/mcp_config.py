@@ -208,12 +208,21 @@ def check_commands(src: Any) -> None:
             found = shutil.which(exe, path=search_path) is not None
         if found:
             continue
-        from rlfactory.imports import did_you_mean
+        from rlfactory.config import closest, did_you_mean
 
+        key = f"{_source(src)}: mcpServers.{name}.command: {cfg.command!r}"
+        if os.path.isabs(exe):  # no search: the file itself is missing (or cannot run)
+            target = Path(exe)
+            if target.is_file():
+                raise ConfigError(f"{key} is not executable")
+            siblings = [f.name for f in target.parent.iterdir()] if target.parent.is_dir() else []
+            close = closest(target.name, siblings)
+            hint = f"; did you mean {str(target.parent / close)!r}?" if close else ""
+            raise ConfigError(f"{key} does not exist{hint}")
         on_path = [f for d in search_path.split(os.pathsep) if os.path.isdir(d) for f in os.listdir(d)]
         hint = did_you_mean(cfg.command, on_path) if os.sep not in exe else ""
         where = f"{cfg.cwd} (the server's cwd)" if os.sep in exe else "PATH"
-        raise ConfigError(f"{_source(src)}: mcpServers.{name}.command: {cfg.command!r} not found in {where}{hint}")
+        raise ConfigError(f"{key} not found in {where}{hint}")
 
 
 def merge_mcp_configs(*sources: Any) -> dict[str, ServerConfig]:

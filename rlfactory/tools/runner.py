@@ -51,6 +51,7 @@ from rlfactory.tools.mcp_client import (
     ServerPool,
     SupervisionPolicy,
     connect,
+    include_problem,
     tools_of,
 )
 from rlfactory.tools.mcp_config import ServerConfig, merge_mcp_configs
@@ -175,8 +176,15 @@ class ToolRunner:
         except BaseException:  # cancelled (Ctrl-C) mid-start
             await asyncio.shield(self._servers.aclose())
             raise
-        if not self._servers.all_up:
-            error = ToolStartError(f"MCP server(s) failed to start: {self._servers.down()}")
+        if self._servers.all_up:
+            wrong = [p for c in self.connections.values() if (p := include_problem(c))]
+            if wrong:  # a misspelt `include` would otherwise leave the model without the tool, silently
+                await self._servers.reset()
+                self._made = {key: e for key, e in self._made.items() if e.server is None}
+                self._reindex()
+                raise ToolStartError("; ".join(wrong))
+        else:
+            error = ToolStartError(f"MCP server(s) failed to start: {self._servers.down(retry_note=False)}")
             await self._servers.reset()
             self._made = {key: e for key, e in self._made.items() if e.server is None}
             self._reindex()
@@ -234,9 +242,12 @@ class ToolRunner:
         self._entries, self._visible = entries, visible
 
     def _warn_unknown_options(self) -> None:
+        from rlfactory.config import did_you_mean
+
         unknown = sorted(set(self.config.per_tool) - set(self._entries))
-        if unknown:
-            log.warning("tools.per_tool names tools that do not exist: %s", ", ".join(unknown))
+        for name in unknown:
+            log.warning("tools.per_tool.%s: no tool is called %r%s (tools: %s)", name, name,
+                        did_you_mean(name, self._entries), ", ".join(e.name for e in self._visible) or "none")
 
     def _entry(self, name: str, tool: Tool, server: str | None) -> _Entry:
         remote = getattr(tool, "remote_name", tool.name)

@@ -67,13 +67,14 @@ class ServerStarts:
     def attempts(self) -> list[asyncio.Task[None]]:
         return [t for t in self._tasks.values() if not t.done()]
 
-    def down(self) -> str:
-        """The servers that are not up, each with why and when it is tried again ('' when none)."""
+    def down(self, retry_note: bool = True) -> str:
+        """The servers that are not up, each with why and (`retry_note`) when it is tried again
+        ('' when none). A command that stops on the failure has no next attempt to announce."""
         parts = []
         for name in self.connections:
             if name in self.up or name not in self.errors:
                 continue
-            wait = self.cooling(name)
+            wait = self.cooling(name) if retry_note else 0.0
             again = f" (next attempt in {wait:.1f}s)" if wait > 0 else ""
             parts.append(f"{name}: {self.errors[name]}{again}")
         return "; ".join(parts)

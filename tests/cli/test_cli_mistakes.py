@@ -159,6 +159,54 @@ def test_mcp_server_that_dies_at_start_up(scratch, tmp_path, capsys):
     line = one_line(capsys)
     assert f"tools.mcp ({tmp_path / 'mcp.json'}): MCP server(s) failed to start: notes:" in line
     assert f"can't open file '{tmp_path / 'missing.py'}'" in line  # args are taken from mcp.json's folder
+    assert "next attempt" not in line  # the command ends here: no retry to announce
+
+
+def test_mcp_command_given_as_an_absolute_path_that_does_not_exist(scratch, tmp_path, capsys):
+    real = Path(sys.executable)
+    typo = real.parent / (real.name[:-1] + "x" + real.name[-1])  # .../python3 -> .../pythox3-like
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"notes": {"command": str(typo)}}}))
+    cfg, _ = scratch(config="tools: {mcp: mcp.json}\n")
+    assert rollout(cfg, tmp_path) == 2
+    line = one_line(capsys)
+    assert f"mcpServers.notes.command: {str(typo)!r} does not exist; did you mean " in line
+    assert "not found in" not in line
+
+
+def test_mcp_include_naming_a_tool_the_server_lacks(tmp_path, capsys):
+    servers = {"calc": {"command": "python", "args": ["-m", "rlfactory.tools.servers.calculator"],
+                        "include": ["evaluat", "add"]}}
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    assert main(["tools", "list", "--config", str(tmp_path / "mcp.json")]) == 2
+    line = one_line(capsys)
+    assert ("mcpServers.calc.include: the server has no tool 'evaluat'; did you mean 'evaluate'? "
+            "(it offers: add, multiply, divide, evaluate)") in line
+    servers["calc"]["include"] = ["evaluate"]
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    assert main(["tools", "list", "--config", str(tmp_path / "mcp.json")]) == 0
+    assert "1 tool(s)" in capsys.readouterr().out
+
+
+def test_per_tool_options_naming_an_unknown_tool_suggest_the_tool(scratch, tmp_path, caplog):
+    cfg, _ = scratch(config="tools: {per_tool: {lookpu: {timeout_s: 3}}}\n")
+    with caplog.at_level("WARNING", logger="rlfactory.tools"):
+        assert main(["tools", "list", "--config", cfg]) == 0
+    assert "tools.per_tool.lookpu: no tool is called 'lookpu'; did you mean 'lookup'? (tools: lookup)" in caplog.text
+
+
+def test_a_misspelt_config_key_suggests_the_key(scratch, tmp_path, capsys):
+    cfg, _ = scratch()
+    assert rollout(cfg, tmp_path, "trainer.stpes=3") == 2
+    assert "trainer.stpes: unknown key; did you mean 'steps'?" in capsys.readouterr().err
+    assert rollout(cfg, tmp_path, "tools.per_tool.lookup.timeot_s=2") == 2
+    assert "tools.per_tool.lookup.timeot_s: unknown key; did you mean 'timeout_s'?" in capsys.readouterr().err
+
+
+def test_options_for_an_env_that_takes_none_are_refused(scratch, tmp_path, capsys):
+    cfg, _ = scratch()
+    assert rollout(cfg, tmp_path, "env.options.topk=3") == 2
+    assert ("env.options.topk: NoteEnv takes no options (it has no constructor of its own and never reads "
+            "self.options), so 'topk' would be ignored") in one_line(capsys)
 
 
 def test_reward_term_typo_inside_the_env_names_the_env_file(scratch, tmp_path, capsys):

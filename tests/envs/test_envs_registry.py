@@ -99,6 +99,13 @@ class PlainEnv(Env):
     max_turns = 3
 
     def reset(self, row):
+        return [{"role": "user", "content": self.options.get("greeting", "") + str(row)}]
+
+
+class DeafEnv(Env):
+    """Keeps Env's constructor and never reads self.options: it takes no options."""
+
+    def reset(self, row):
         return [{"role": "user", "content": str(row)}]
 
 
@@ -111,6 +118,14 @@ def test_options_arrive_in_self_options_and_max_turns_is_the_turn_limit_of_every
         make_env(PlainEnv, max_turns="two")
     with pytest.raises(ConfigError, match=r"env.options: EchoEnv takes no option 'greting'; did you mean 'greeting'\?"):
         make_env(EchoEnv, greting="yo")
+
+
+def test_an_env_that_takes_no_options_refuses_them():
+    with pytest.raises(ConfigError, match=r"env.options.greeting: DeafEnv takes no options \(it has no constructor of "
+                                          r"its own and never reads self.options\), so 'greeting' would be ignored"):
+        make_env(DeafEnv, greeting="hey")
+    assert make_env(DeafEnv, max_turns=2).max_turns == 2  # the turn limit applies to every env
+    assert make_env(PlainEnv, greeting="hey").reset({})[0]["content"] == "hey{}"
 
 
 def test_one_turn_limit_per_run():
