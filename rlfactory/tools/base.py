@@ -20,6 +20,7 @@ UNKNOWN_TOOL = "unknown_tool"
 CRASHED = "crashed"  # transport failure / server died and could not be recovered
 CIRCUIT_OPEN = "circuit_open"
 MALFORMED = "malformed"  # the model's text could not be parsed into a call
+NOT_RUN = "not_run"  # the turn asked for more calls than rollout.max_calls_per_turn; this one was not run
 
 
 @dataclass
@@ -43,6 +44,9 @@ class ToolResult:
     cached: bool = False
     latency_s: float = 0.0
     truncated: bool = False
+    replaced_chars: int = 0
+    """Characters of the tool's text that were not valid Unicode (lone surrogates, invalid UTF-8)
+    and were replaced by U+FFFD before anything encoded it (rlfactory/text.py)."""
 
     @classmethod
     def error(cls, text: str, status: str = ERROR) -> "ToolResult":

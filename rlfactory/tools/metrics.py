@@ -21,24 +21,28 @@ class ToolMetrics:
     cache_hits: int = 0
     p50_s: float = 0.0
     p95_s: float = 0.0
+    replaced_chars: int = 0
+    """Characters of results that were not valid Unicode and were replaced by U+FFFD."""
 
 
 class MetricsRecorder:
     """Mutable counters of one tool (the runner keeps one per tool)."""
 
-    __slots__ = ("calls", "errors", "timeouts", "cache_hits", "latencies")
+    __slots__ = ("calls", "errors", "timeouts", "cache_hits", "replaced_chars", "latencies")
 
     def __init__(self) -> None:
         self.calls = 0
         self.errors = 0
         self.timeouts = 0
         self.cache_hits = 0
+        self.replaced_chars = 0
         self.latencies: collections.deque[float] = collections.deque(maxlen=_WINDOW)
 
     def record(self, result: ToolResult) -> None:
         self.calls += 1
         if result.cached:
             self.cache_hits += 1
+        self.replaced_chars += result.replaced_chars
         if result.is_error:
             self.errors += 1
             if result.status in (TIMEOUT, UNRESPONSIVE):
@@ -47,7 +51,8 @@ class MetricsRecorder:
 
     def snapshot(self) -> ToolMetrics:
         lat = sorted(self.latencies)
-        return ToolMetrics(self.calls, self.errors, self.timeouts, self.cache_hits, _pct(lat, 0.50), _pct(lat, 0.95))
+        return ToolMetrics(self.calls, self.errors, self.timeouts, self.cache_hits, _pct(lat, 0.50), _pct(lat, 0.95),
+                           self.replaced_chars)
 
 
 def _pct(sorted_values: list[float], q: float) -> float:

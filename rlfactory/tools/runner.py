@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
+from rlfactory.text import valid_text
 from rlfactory.tools.base import (
     CRASHED,
     ERROR,
@@ -57,7 +58,7 @@ from rlfactory.tools.mcp_client import (
 from rlfactory.tools.mcp_config import ServerConfig, merge_mcp_configs
 from rlfactory.tools.metrics import MetricsRecorder, ToolMetrics
 from rlfactory.tools.startup import ServerStarts
-from rlfactory.tools.validation import ArgumentValidator
+from rlfactory.tools.validation import ArgumentValidator, arguments_problem
 
 log = logging.getLogger("rlfactory.tools")
 
@@ -317,6 +318,9 @@ class ToolRunner:
             args, problem = _coerce_arguments(args)
             if problem:
                 return self._finish(entry, ToolResult.error(f"invalid arguments for {entry.name!r}: {problem}", INVALID_ARGUMENTS), t0)
+        problem = arguments_problem(args)  # before the cache key and the schema: both walk them
+        if problem is not None:
+            return self._finish(entry, ToolResult.error(f"invalid arguments for {entry.name!r}: {problem}", INVALID_ARGUMENTS), t0)
         key = None
         if entry.cache_id is not None:
             key = canonical_arguments(args)
@@ -330,7 +334,7 @@ class ToolRunner:
             if problem is not None:
                 msg = f"invalid arguments for {entry.name!r}: {problem}"
                 return self._finish(entry, ToolResult.error(msg, INVALID_ARGUMENTS), t0)
-        result = await self._limited(entry, args, nested, waited_from)
+        result = _valid(await self._limited(entry, args, nested, waited_from))
         if len(result.text) > entry.max_chars:
             result = _truncate(result, entry.max_chars)
         if key is not None and not result.is_error:
@@ -338,6 +342,7 @@ class ToolRunner:
         return self._finish(entry, result, t0)
 
     def _finish(self, entry: _Entry, result: ToolResult, t0: float) -> ToolResult:
+        result = _valid(result)  # error texts quote what tools and servers said
         result.latency_s = time.perf_counter() - t0
         entry.metrics.record(result)
         return result
@@ -366,7 +371,7 @@ class ToolRunner:
 
     def _not_served(self, name: str, why: str, status: str, t0: float) -> ToolResult:
         self._unknown_calls += 1
-        res = ToolResult.error(f"tool {name!r} is unavailable: {why}", status)
+        res = _valid(ToolResult.error(f"tool {name!r} is unavailable: {why}", status))
         res.latency_s = time.perf_counter() - t0
         return res
 
@@ -376,7 +381,7 @@ class ToolRunner:
         close = difflib.get_close_matches(str(name), names, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         listing = ", ".join(names[:30]) + (", ..." if len(names) > 30 else "")
-        res = ToolResult.error(f"unknown tool {name!r}.{hint} Available tools: {listing or '(none)'}", UNKNOWN_TOOL)
+        res = _valid(ToolResult.error(f"unknown tool {name!r}.{hint} Available tools: {listing or '(none)'}", UNKNOWN_TOOL))
         res.latency_s = time.perf_counter() - t0
         return res
 
@@ -446,6 +451,15 @@ def _coerce_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
         if isinstance(value, dict):
             return value, None
     return {}, f"expected a JSON object, got {type(raw).__name__}"
+
+
+def _valid(result: ToolResult) -> ToolResult:
+    """`result` with its text made valid Unicode (rlfactory/text.py), the replacements counted:
+    what a tool returns is encoded by tokenizers and log writers, which refuse lone surrogates."""
+    text, replaced = valid_text(result.text)
+    result.text = text
+    result.replaced_chars += replaced
+    return result
 
 
 def _truncate(result: ToolResult, max_chars: int) -> ToolResult:

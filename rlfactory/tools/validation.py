@@ -4,6 +4,12 @@ Most tool schemas are flat: an object of typed scalar properties, some required.
 direct check decides "valid" in a microsecond or two; anything it does not accept goes to
 `jsonschema`, which gives the verdict and the message. So the fast path can only say yes, never
 no, and never disagrees with jsonschema on a valid call.
+
+jsonschema validates by recursion, a few Python frames per level of the arguments: with a
+recursive `$ref` schema, arguments some 250 levels deep exhaust Python's stack (and take tens of
+milliseconds of the event loop well before that). `arguments_problem` therefore refuses arguments
+nested deeper than `MAX_ARGUMENT_DEPTH` (or holding text that is not valid Unicode) before any
+validation, and a `RecursionError` that still happens is that call's `invalid_arguments`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,13 @@ from typing import Any, Callable
 import jsonschema
 from jsonschema.exceptions import best_match
 
+from rlfactory.text import valid_text
+
 log = logging.getLogger("rlfactory.tools")
+
+MAX_ARGUMENT_DEPTH = 64
+"""Nested arrays/objects a call's arguments may have (validating 64 levels of a recursive schema
+takes ~2 ms; Python's stack runs out near 250)."""
 
 _TOP_KEYS = {"type", "properties", "required", "additionalProperties", "description", "title", "$schema"}
 _PROP_KEYS = {"type", "description", "title", "default", "examples"}
@@ -89,8 +101,31 @@ class ArgumentValidator:
     def error(self, args: dict[str, Any]) -> str | None:
         if self._fast is not None and self._fast(args):
             return None
-        err = best_match(self._validator.iter_errors(args))
+        try:
+            err = best_match(self._validator.iter_errors(args))
+        except RecursionError:
+            return "nested too deeply to be checked against the tool's schema"
         if err is None:
             return None
         where = "/".join(str(p) for p in err.absolute_path)
         return err.message + (f" (at {where})" if where else "")
+
+
+def arguments_problem(args: Any, max_depth: int = MAX_ARGUMENT_DEPTH) -> str | None:
+    """Why `args` cannot go to a tool whatever its schema says, or None: nested deeper than
+    `max_depth`, or a string that is not valid Unicode (an unpaired surrogate, which no UTF-8
+    encoder, MCP server or cache accepts). Linear in the size of `args`."""
+    stack: list[tuple[Any, int]] = [(args, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            if not node.isascii() and valid_text(node)[0] != node:
+                return "a string in the arguments has an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode"
+        elif isinstance(node, (dict, list)):
+            if depth >= max_depth:
+                return f"the arguments are nested deeper than {max_depth} levels"
+            if isinstance(node, dict):
+                stack.extend((key, depth) for key in node)
+                node = node.values()
+            stack.extend((child, depth + 1) for child in node)
+    return None
