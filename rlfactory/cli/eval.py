@@ -54,6 +54,7 @@ async def evaluate_model(cfg: Any, model: str, split: str, *, n: int = 1, limit:
                          greedy: bool = True) -> dict[str, Any]:
     """Evaluate `model` (HF folder, LoRA adapter folder or tiny spec) on `split` of cfg's env."""
     from rlfactory.rollout.build import open_rollout
+    from rlfactory.rollout.prepare import command_checks
     from rlfactory.train.evaluate import evaluate
 
     adapter = Path(model) / "adapter_config.json"
@@ -61,7 +62,8 @@ async def evaluate_model(cfg: Any, model: str, split: str, *, n: int = 1, limit:
         cfg.model.path = json.loads(adapter.read_text())["base_model_name_or_path"]
     else:
         cfg.model.path = model
-    async with open_rollout(cfg, reward_mode="required", check_splits=(split,)) as session:
+    checks = command_checks("eval", cfg, split)
+    async with open_rollout(cfg, reward_mode=checks.reward_mode, check_splits=checks.check_splits) as session:
         if adapter.is_file():
             from peft import PeftModel
 

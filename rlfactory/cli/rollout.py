@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from rlfactory.cli.common import load_run_config
     from rlfactory.rewards.base import score_all
     from rlfactory.rollout.build import open_rollout
+    from rlfactory.rollout.prepare import command_checks
     from rlfactory.rollout.summary import format_summary, summarize
     from rlfactory.trajectory import write_jsonl
 
@@ -46,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_run_config(args.config, args.overrides)
 
     async def go():
-        mode = "off" if args.no_reward else "optional"
+        checks = command_checks("rollout", cfg, args.split, reward=not args.no_reward)
         # only generation servers need the policy's weights
-        async with open_rollout(cfg, load_policy=False, reward_mode=mode, check_splits=(args.split,)) as session:
+        async with open_rollout(cfg, load_policy=False, reward_mode=checks.reward_mode,
+                                check_splits=checks.check_splits) as session:
             rows = session.env.load_split(args.split)
             if args.limit is not None:
                 rows = rows[: args.limit]

@@ -67,6 +67,12 @@ def _line_of(key: str, lines: dict[str, int]) -> int | None:
     return None
 
 
+def with_lines(issues: list[ConfigIssue], text: str) -> list[ConfigIssue]:
+    """`issues` with the line of their key in YAML `text` filled in where it is known."""
+    lines = key_lines(text)
+    return [ConfigIssue(i.key, i.message, i.line or _line_of(i.key.split("[")[0], lines)) for i in issues]
+
+
 def check_config(text: str, overrides: list[str], base_dir: str | Path | None) -> CheckedConfig:
     """Validate YAML `text` plus `overrides` into a RunConfig; never raises for a bad config."""
     from rlfactory.train.config import RunConfig

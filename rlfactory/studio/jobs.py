@@ -28,6 +28,8 @@ from typing import Any
 from rlfactory.studio import procs
 from rlfactory.studio.configs import ConfigIssue, check_config, resolved_yaml
 from rlfactory.studio.paths import BadPath, safe_name
+from rlfactory.studio.preflight import Preflight, command_env
+from rlfactory.train.history import RESTART_FLAG, start_over_refusal
 
 COMMANDS = ("train", "sft", "eval")
 STOP_WAIT_S = 60.0
@@ -63,6 +65,10 @@ class LaunchRefused(ValueError):
         self.issues = issues
 
 
+class NeedsConfirmation(ValueError):
+    """Acting would delete a run's history: the message says what (the command line's own words)."""
+
+
 class JobManager:
     def __init__(self, runs: Path, workspace: Path) -> None:
         self.runs = runs.resolve()
@@ -71,6 +77,7 @@ class JobManager:
         self.jobs: dict[str, Job] = {}
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
+        self.preflight = Preflight(self.runs / ".studio" / "checks", self.workspace)
         self._load()
 
     # ---- records ------------------------------------------------------------------------------
@@ -135,14 +142,14 @@ class JobManager:
         except BadPath as e:
             raise LaunchRefused([ConfigIssue("run name", str(e))]) from None
         out_dir = self.runs / name
+        if out_dir.exists() and any(out_dir.iterdir()):  # a run's logs are never overwritten from here
+            raise LaunchRefused([ConfigIssue("run name", f"{name} already exists in the runs folder: pick another run name"
+                                             + (", or resume that run from its page" if command == "train" else ""))])
         placed = {"train": [f"trainer.run_dir={out_dir}"], "sft": [f"sft.out={out_dir}"], "eval": []}[command]
         checked = check_config(text, [*overrides, *placed], base_dir)
         if not checked.ok:
             raise LaunchRefused(checked.issues)
         extra: list[str] = []
-        if command == "train" and (out_dir / "checkpoints").is_dir() and any((out_dir / "checkpoints").iterdir()):
-            raise LaunchRefused([ConfigIssue("trainer.run_dir", f"{out_dir} already holds checkpoints: pick another run "
-                                             "name, or resume that run from the Runs page")])
         if command == "eval":
             extra = self._eval_args(model, limit, out_dir)
         return self._start(command, resolved_yaml(checked.config), extra, out_dir, base_dir)
@@ -162,18 +169,24 @@ class JobManager:
             args += ["--limit", str(int(limit))]
         return args
 
-    def resume(self, run_path: Path) -> Job:
-        """`rlfactory train <run>/config.yaml --resume`."""
+    def resume(self, run_path: Path, restart: bool = False) -> Job:
+        """`rlfactory train <run>/config.yaml --resume` (plus `--restart` when `restart`).
+        Without a checkpoint to continue from and with logs that starting over would delete,
+        NeedsConfirmation carries the command's own refusal until asked with `restart`."""
         cfg = run_path / "config.yaml"
         if not cfg.is_file():
             raise LaunchRefused([ConfigIssue("run", f"{run_path.name} has no config.yaml to resume from")])
         current = self.latest_for(run_path)
         if current is not None and current.state == "running":
             raise LaunchRefused([ConfigIssue("run", f"{run_path.name} is already running (job {current.id})")])
+        refusal = None if restart else start_over_refusal(run_path, resume=True)
+        if refusal is not None:
+            raise NeedsConfirmation(refusal)
         checked = check_config(cfg.read_text(encoding="utf-8"), [f"trainer.run_dir={run_path}"], run_path)
         if not checked.ok:
             raise LaunchRefused(checked.issues)
-        return self._start("train", resolved_yaml(checked.config), ["--resume"], run_path, None)
+        return self._start("train", resolved_yaml(checked.config), ["--resume", *([RESTART_FLAG] if restart else [])],
+                           run_path, None)
 
     def _start(self, command: str, config_text: str, extra: list[str], out_dir: Path, base_dir: Path | None) -> Job:
         from rlfactory.config import ConfigError, load_config
@@ -189,9 +202,12 @@ class JobManager:
         except ConfigError as e:
             raise LaunchRefused([ConfigIssue("config", str(e))]) from None
         argv = [sys.executable, "-m", "rlfactory.cli.main", command, str(cfg_path), *extra]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        if base_dir is not None:  # module:function names in the config import from its folder
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(base_dir), env.get("PYTHONPATH", "")) if p)
+        env = command_env(base_dir)  # module:function names in the config import from its folder
+        # The run's folder and config exist from the launch on: a command that fails before it
+        # writes anything is still a run on the Runs page, with its job's error (train rewrites it).
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if not (out_dir / "config.yaml").exists():
+            (out_dir / "config.yaml").write_text(config_text, encoding="utf-8")
         log_path = folder / "output.log"
         job = Job(id=job_id, command=command, argv=argv[2:], run_id=out_dir.relative_to(self.runs).as_posix(),
                   run_dir=str(out_dir.resolve()), log_path=str(log_path), started=time.time())

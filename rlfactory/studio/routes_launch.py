@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from rlfactory.config import ConfigError
-from rlfactory.studio.configs import check_config, example_configs, resolved_yaml, with_section
-from rlfactory.studio.jobs import LaunchRefused, read_log
+from rlfactory.studio.configs import check_config, example_configs, resolved_yaml, with_lines, with_section
+from rlfactory.studio.jobs import COMMANDS, LaunchRefused, NeedsConfirmation, read_log
 from rlfactory.studio.paths import BadPath, within_any
 from rlfactory.studio.runs import find_runs, run_dir
 from rlfactory.studio.web import ApiError, arg, body, ok, sse, sse_event
@@ -41,7 +41,9 @@ async def list_configs(request: Request):
     runs = [{"source": "run:" + p.relative_to(st.runs.resolve()).as_posix(),
              "label": "run " + p.relative_to(st.runs.resolve()).as_posix()}
             for p in find_runs(st.runs) if (p / "config.yaml").is_file()]
-    return ok({"examples": examples, "runs": runs})
+    # demo.yaml (train, tiny model, CPU minutes) is what a first launch should start from
+    default = next((e["source"] for e in examples if e["source"] == "examples/demo.yaml"), examples[0]["source"] if examples else None)
+    return ok({"examples": examples, "runs": runs, "default": default})
 
 
 async def get_config(request: Request):
@@ -57,12 +59,21 @@ async def get_config(request: Request):
 
 
 async def check(request: Request):
+    """The config validated as the command line does; with `command`, then also the command's own
+    checks before it loads a model (preflight.py): env, tools, the reward it needs, the data."""
     st = _state(request)
     data = await body(request)
     overrides = [o for o in data.get("overrides") or [] if str(o).strip()]
     base = source_folder(st, data.get("source"))
-    checked = await run_in_threadpool(check_config, str(data.get("text", "")), overrides, base)
-    return ok({"ok": checked.ok, "issues": [i.to_json() for i in checked.issues],
+    text, command = str(data.get("text", "")), data.get("command")
+    if command is not None and command not in COMMANDS:
+        raise ApiError(400, f"command {command!r} is not one of {', '.join(COMMANDS)}")
+    checked = await run_in_threadpool(check_config, text, overrides, base)
+    issues = checked.issues
+    if checked.ok and command:
+        issues = with_lines(await run_in_threadpool(st.jobs.preflight.check, command, resolved_yaml(checked.config), base),
+                            text)
+    return ok({"ok": checked.ok and not issues, "issues": [i.to_json() for i in issues], "command": command,
                "resolved": resolved_yaml(checked.config) if checked.ok else None})
 
 
@@ -140,7 +151,9 @@ async def resume_run(request: Request):
     st = _state(request)
     data = await body(request)
     try:
-        job = await run_in_threadpool(st.jobs.resume, run_dir(st.runs, str(data.get("run", ""))))
+        job = await run_in_threadpool(st.jobs.resume, run_dir(st.runs, str(data.get("run", ""))), bool(data.get("restart")))
+    except NeedsConfirmation as e:  # the page asks the user, then calls again with restart
+        raise ApiError(409, str(e)) from None
     except LaunchRefused as e:
         raise ApiError(400, "resume refused: " + str(e), [i.to_json() for i in e.issues]) from None
     except BadPath as e:

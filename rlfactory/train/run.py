@@ -63,6 +63,7 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
     continues from the last checkpoint when there is one, else starts over. A stop (Ctrl-C,
     SIGINT) writes the checkpoint of the last finished step, whatever trainer.save_every says."""
     from rlfactory.rollout.build import open_rollout
+    from rlfactory.rollout.prepare import command_checks
 
     parallel = parallel if parallel is not None else SingleProcess()
     pin_threads()
@@ -71,8 +72,8 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
                          "(rlfactory train passes rlfactory.distributed.open_ray_rollout)")
     run_dir, ckpt = check_run_dir(cfg, resume, restart)
     main = parallel.is_main
-    splits = ("train", "test") if cfg.trainer.eval_every else ("train",)
-    async with (open_session or open_rollout)(cfg, reward_mode="required", check_splits=splits) as session:
+    checks = command_checks("train", cfg)  # what the studio's config check runs too
+    async with (open_session or open_rollout)(cfg, reward_mode=checks.reward_mode, check_splits=checks.check_splits) as session:
         env, reward = session.env, session.reward
         train_rows = load_env_data(env, "train")
         test_rows = load_env_data(env, "test") if cfg.trainer.eval_every else None

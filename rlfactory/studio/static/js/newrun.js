@@ -7,6 +7,8 @@ export async function newRunPage(app, _rest, params) {
   const source = h("select", { id: "source" }, h("optgroup", { label: "examples" }, configs.examples.map(c => h("option", { value: c.source }, c.label))),
     configs.runs.length ? h("optgroup", { label: "existing runs" }, configs.runs.map(c => h("option", { value: c.source }, c.label))) : null);
   const command = h("select", { id: "command" }, ["train", "sft", "eval"].map(c => h("option", { value: c }, c)));
+  const wanted = params.get("source") || configs.default;
+  if (wanted && [...source.options].some(o => o.value === wanted)) source.value = wanted;
   const name = h("input", { id: "run-name", placeholder: "run name", value: defaultName(), style: { width: "220px" } });
   const text = h("textarea", { id: "yaml", spellcheck: false, wrap: "off", "aria-label": "config YAML" });
   const gutter = h("div", { class: "gutter", id: "gutter" });
@@ -15,6 +17,10 @@ export async function newRunPage(app, _rest, params) {
   const evalLimit = h("input", { id: "eval-limit", type: "number", min: 1, value: 8, style: { width: "80px" } });
   const evalBox = h("div", { class: "row", style: { display: "none" } }, h("label", {}, "model to evaluate", evalModel), h("label", {}, "questions", evalLimit));
   const verdict = h("div", { id: "verdict" });
+  // A reward section handed over by the Rewards page stays applied to whatever config is picked
+  // here until the user drops it (or launches with it).
+  let rewardSection = sessionStorage.getItem("studio.rewardSection");
+  const rewardNote = h("div", { id: "reward-pending" });
   const launchBtn = h("button", { class: "primary", id: "launch" }, "Launch");
   const jobBox = h("div", { id: "job" });
   const jobsBox = h("div", { id: "jobs" });
@@ -24,6 +30,7 @@ export async function newRunPage(app, _rest, params) {
         h("div", { class: "panel" },
           h("div", { class: "row" }, h("label", {}, "start from", source), h("label", {}, "command", command), h("label", {}, "run name (folder in the runs dir)", name)),
           evalBox),
+        rewardNote,
         h("div", { class: "editor" }, gutter, text)),
       h("div", {},
         h("div", { class: "panel" }, h("h3", { style: { marginTop: 0 } }, "Dotted overrides"), overrides,
@@ -46,11 +53,14 @@ export async function newRunPage(app, _rest, params) {
   const check = async () => {
     const mine = ++checks;
     try {
-      const r = await api("/api/config/check", { text: text.value, overrides: lines(), source: source.value });
+      verdict.replaceChildren(h("div", { class: "muted", id: "config-checking" }, h("span", { class: "spinner" }),
+        ` checking the config, then the env, tools, reward and data as rlfactory ${command.value} does…`));
+      const r = await api("/api/config/check", { text: text.value, overrides: lines(), source: source.value, command: command.value });
       verdict.dataset.answers = String(Number(verdict.dataset.answers || 0) + 1);  // answers received, late ones too
       if (mine !== checks) return r.ok;
       paintGutter(r.issues);
-      verdict.replaceChildren(r.ok ? h("div", { class: "ok-box", id: "config-ok" }, "Config is valid.")
+      verdict.replaceChildren(r.ok ? h("div", { class: "ok-box", id: "config-ok", dataset: { command: r.command } },
+        `Config is valid for rlfactory ${r.command}: its env, tools, reward and data pass the command's own checks.`)
         : h("div", { class: "error-box", id: "config-errors" }, "invalid config:",
           h("ul", { class: "issues" }, r.issues.map(i => h("li", { dataset: { key: i.key } }, h("code", {}, i.key), " ", i.message, i.line ? h("span", { class: "muted" }, ` (line ${i.line})`) : null)))));
       return r.ok;
@@ -62,16 +72,17 @@ export async function newRunPage(app, _rest, params) {
   const loadSource = async () => {
     const c = await api(`/api/config?source=${encodeURIComponent(source.value)}`);
     text.value = c.text;
-    const pending = sessionStorage.getItem("studio.rewardSection");
-    if (pending) {
-      sessionStorage.removeItem("studio.rewardSection");
-      text.value = (await api("/api/config/section", { text: text.value, section: "reward", value: JSON.parse(pending) })).text;
-      toast("reward section from the Rewards page applied");
+    if (rewardSection) {
+      text.value = (await api("/api/config/section", { text: text.value, section: "reward", value: JSON.parse(rewardSection) })).text;
     }
-    paintGutter(); check();
+    showRewardNote(); paintGutter(); check();
+  };
+  const showRewardNote = () => {
+    rewardNote.replaceChildren(rewardSection ? h("div", { class: "panel" }, "The reward section from the Rewards page is applied to the config below (and to any other you pick). ",
+      h("button", { id: "drop-reward", onclick: () => { rewardSection = null; sessionStorage.removeItem("studio.rewardSection"); loadSource(); } }, "Drop it")) : "");
   };
   source.addEventListener("change", loadSource);
-  command.addEventListener("change", () => { evalBox.style.display = command.value === "eval" ? "flex" : "none"; });
+  command.addEventListener("change", () => { evalBox.style.display = command.value === "eval" ? "flex" : "none"; check(); });
   launchBtn.addEventListener("click", async () => {
     launchBtn.disabled = true;
     try {
@@ -80,6 +91,7 @@ export async function newRunPage(app, _rest, params) {
       showJob(jobBox, r.job, refreshJobs);
       refreshJobs();
       name.value = defaultName();
+      if (rewardSection) { rewardSection = null; sessionStorage.removeItem("studio.rewardSection"); showRewardNote(); }
     } catch (e) {
       if (e.issues && e.issues.length) paintGutter(e.issues);
       verdict.replaceChildren(errorBox(e));
@@ -133,7 +145,10 @@ function showJob(box, job, onChange) {
     catch (e) { stopInfo.textContent = e.message; }
   });
   let text = "";
-  listen(`/api/job/events?id=${encodeURIComponent(job.id)}`, {
+  // The server ends the stream with `end` once the job has ended and its log is sent: close it,
+  // or EventSource reconnects and the log is sent (and shown) again.
+  const es = listen(`/api/job/events?id=${encodeURIComponent(job.id)}`, {
+    end: () => es.close(),
     log: d => {
       // a progress bar rewrites its line with \r: keep the last version of each line
       text = (text + d.text).split("\n").map(l => { const parts = l.split("\r").filter(Boolean); return parts.length ? parts[parts.length - 1] : ""; }).join("\n").slice(-60000);

@@ -52,7 +52,7 @@ export async function rewardsPage(app) {
       const use = h("button", { id: "use-reward", onclick: () => {
         sessionStorage.setItem("studio.rewardSection", JSON.stringify({ terms: r.weights, ...(opts ? { options: opts } : {}),
           ...(answer.value.trim() !== "tag:answer" ? { answer: answer.value.trim() } : {}) }));
-        location.hash = "#/new";
+        location.hash = req.pick ? `#/new?source=${encodeURIComponent("run:" + req.pick.run)}` : "#/new";  // that run's config
       } }, "Use as the reward section of a new run");
       out.replaceChildren(h("div", { class: "panel" },
         h("div", { class: "row" }, h("h3", { style: { margin: 0 } }, "Total ", h("span", { id: "score-total" }, fmt(r.total, 4))),

@@ -37,12 +37,25 @@ export async function runPage(app, runId, params) {
     statusEl.replaceChildren(badge(summary.status));
     statusEl.title = summary.status_reason;
     if (summary.status !== "running" && summary.steps_total && summary.steps_done < summary.steps_total) {
-      actions.append(h("button", { id: "resume", onclick: async () => {
-        try { const r = await api("/api/run/resume", { run: runId }); toast(`resumed: job ${r.job.id}`); location.hash = `#/new?job=${r.job.id}`; }
-        catch (e) { toast(e.message); }
-      } }, "Resume"));
+      actions.append(h("button", { id: "resume", onclick: () => resume(false) }, "Resume"));
     }
   };
+  // Resume; when that would start over and delete the run's logs, the server answers 409 with the
+  // command line's own refusal, shown here until the user confirms (then `--restart`).
+  const confirmBox = h("div", { id: "resume-confirm" });
+  const resume = async restart => {
+    try {
+      const r = await api("/api/run/resume", { run: runId, restart });
+      toast(`resumed: job ${r.job.id}`); location.hash = `#/new?job=${r.job.id}`;
+    } catch (e) {
+      if (e.status !== 409) { toast(e.message); return; }
+      confirmBox.replaceChildren(h("div", { class: "error-box", role: "alertdialog" }, h("div", { id: "resume-refusal" }, e.message),
+        h("div", { class: "row", style: { marginTop: "8px" } },
+          h("button", { class: "danger", id: "confirm-restart", onclick: () => { confirmBox.replaceChildren(); resume(true); } }, "Start over (delete it)"),
+          h("button", { id: "cancel-restart", onclick: () => confirmBox.replaceChildren() }, "Cancel"))));
+    }
+  };
+  app.insertBefore(confirmBox, tabs);
   setActions(info.summary);
   if (tab === "config") {
     body.append(h("div", { class: "panel" }, h("pre", { class: "mono" }, info.config || "(no config.yaml)")));
