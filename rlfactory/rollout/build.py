@@ -15,10 +15,12 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Literal, Sequence
 
+from rlfactory.config import ConfigError
+
 from rlfactory.rollout.config import ModelConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.model_source import load_model, pick_device, resolve_model_path
+from rlfactory.rollout.model_source import check_model_path, load_model, pick_device, resolve_model_path
 
 
 @dataclass
@@ -56,6 +58,34 @@ def tool_manager_for(model_cfg: ModelConfig, tokenizer: Any, model: Any = None, 
         raise ValueError(f"model.chat_template_kwargs applies to the template family (and enable_thinking to "
                          f"qwen3); model.family is {family}")
     return make_tool_manager(tokenizer, family, model_type, **opts)
+
+
+def checked_tool_manager(model_cfg: ModelConfig, tokenizer: Any, model_type: str | None) -> Any:
+    """`tool_manager_for`, its token contract checked against the tokenizer. When a `model.family`
+    set in the config breaks the contract and the family read from the chat template keeps it, a
+    ConfigError says so in one line."""
+    from rlfactory.chat import TokenContractError, check_token_contract, guess_family
+    from rlfactory.config import ConfigError
+
+    tool_manager = tool_manager_for(model_cfg, tokenizer, model_type=model_type)
+    try:
+        check_token_contract(tool_manager, tokenizer, model_name=model_cfg.path)
+    except TokenContractError as e:
+        if model_cfg.family is None:
+            raise
+        try:
+            guessed = guess_family(tokenizer, model_type)
+            if guessed == model_cfg.family:
+                raise e
+            check_token_contract(tool_manager_for(model_cfg.model_copy(update={"family": None}), tokenizer,
+                                                  model_type=model_type), tokenizer, model_name=model_cfg.path)
+        except (TokenContractError, ValueError):
+            raise e from None
+        first = str(e).strip().splitlines()[0]
+        raise ConfigError(f"model.family: {model_cfg.family!r} does not fit the chat template of {model_cfg.path} "
+                          f"({first}); its template reads as family {guessed!r}, which does: set "
+                          f"model.family: {guessed}, or leave model.family unset") from e
+    return tool_manager
 
 
 def load_tokenizer(cfg: ModelConfig) -> Any:
@@ -117,29 +147,43 @@ async def open_rollout(
     `model` is the learner's copy; `load_policy=False` skips loading it (rollouts only).
     `connect_server` reaches the MCP servers (see ToolRunner; default: start them in this process).
     """
-    from rlfactory.chat import check_token_contract
-    from rlfactory.rollout.prepare import CommandChecks, build_env, prepare_tools_and_reward, resolve_max_turns
+    from rlfactory.rollout.prepare import (
+        build_env,
+        build_run_reward,
+        build_runner,
+        check_split,
+        env_tools,
+        resolve_max_turns,
+        split_rows,
+        start_runner,
+    )
 
     gen_cfg = getattr(cfg, "generator", None)
     on_servers = gen_cfg is not None and gen_cfg.backend == "server"
     if on_servers and logits_processor is not None:
         raise ValueError("a logits_processor needs generator.backend: local")
     own_env = env is None
+    if model is None or tokenizer is None:
+        check_model_path(cfg.model.path)  # before anything starts: one line, no download
     if env is None:
         env = build_env(cfg)
     else:
         resolve_max_turns(cfg, env)
     generator = runner = None
     try:
-        runner, reward = await prepare_tools_and_reward(cfg, env, CommandChecks(reward_mode, tuple(check_splits)),
-                                                        connect_server)
+        runner = build_runner(cfg.tools, env_tools(cfg, env), connect_server)
+        await start_runner(runner, cfg.tools)
+        reward = build_run_reward(cfg, env, runner) if reward_mode != "off" else None
+        if reward is None and reward_mode == "required":
+            raise ConfigError("reward: nothing configured (reward.terms / judge / verify) and the env has no reward()")
+        for split in check_splits:  # read even without a reward: a missing data file shows now
+            check_split(cfg, env, reward, split, split_rows(env, split, cfg.env.name))
         if model is None and (load_policy or not on_servers):
             model, loaded_tok = load_model(cfg.model, pick_device(cfg.model.device))
             tokenizer = tokenizer if tokenizer is not None else loaded_tok
         elif tokenizer is None:
             tokenizer = load_tokenizer(cfg.model)
-        tool_manager = tool_manager_for(cfg.model, tokenizer, model_type=_model_type(cfg.model, model))
-        check_token_contract(tool_manager, tokenizer, model_name=cfg.model.path)
+        tool_manager = checked_tool_manager(cfg.model, tokenizer, _model_type(cfg.model, model))
         if on_servers:
             generator = open_server_generator(gen_cfg, tokenizer, tool_manager, cfg.sampling.seed)
         else:

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from rlfactory.config import ConfigError
 from rlfactory.tiny.cache import build_once, cache_root, resolve_model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -66,6 +67,59 @@ def resolve_model_path(spec: str) -> str:
         raise FileNotFoundError(f"model.path: not found: {spec} (a Hugging Face folder, a .gguf file, "
                                 "tiny:1m, tiny:10m or smollm2:135m)")
     return spec
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the Hugging Face cache holds a snapshot of `repo_id` (looked up on disk only)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def check_model_path(spec: str) -> None:
+    """A ConfigError (one line) when `model.path` cannot be loaded, found on disk alone, at once:
+    nothing is built, converted or downloaded, and no network is asked (a Hub id counts only when
+    its snapshot is in the local Hugging Face cache)."""
+    from rlfactory.config import closest, did_you_mean
+    from rlfactory.tiny.cache import parse_tiny_spec
+    from rlfactory.tiny.model import SIZES
+
+    spec = str(spec)
+    if spec.startswith("tiny:"):
+        try:
+            parse_tiny_spec(spec)
+        except ValueError as e:
+            sizes = [f"tiny:{s}" for s in sorted(SIZES)]
+            base = ":".join(spec.split(":")[:2])
+            if base in sizes:  # the size is right, the seed is not
+                raise ConfigError(f"model.path: {e}") from None
+            raise ConfigError(f"model.path: {spec!r}: no tiny model of that size{did_you_mean(base, sizes)} "
+                              f"(sizes: {', '.join(sizes)}; a seed may follow: tiny:1m:3)") from None
+        return
+    if spec.startswith("smollm2:"):
+        try:
+            smollm2_gguf(spec.split(":", 1)[1].lower())
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(str(e)) from None
+        return
+    path = Path(os.path.expanduser(spec))
+    if path.exists():
+        return
+    if spec.lower().endswith(".gguf"):
+        raise ConfigError(f"model.path: GGUF file not found: {spec}")
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not Path(spec.split("/")[0]).is_dir() and _in_hub_cache(spec):
+        return
+    parent = path.parent
+    while not parent.is_dir() and parent != parent.parent:
+        parent = parent.parent
+    near = closest(path.name, [p.name for p in parent.iterdir()]) if path.parent == parent and parent.is_dir() else None
+    hint = f"; did you mean {str(parent / near)!r}?" if near else ""
+    raise ConfigError(f"model.path: {spec!r} does not exist (from {os.getcwd()}){hint}; give a Hugging Face folder, a "
+                      f".gguf file, {', '.join('tiny:' + s for s in sorted(SIZES))} or smollm2:135m (a Hub id is used "
+                      "only from the local Hugging Face cache: rlfactory never downloads a model)")
 
 
 def gguf_folder(gguf: Path) -> Path:

@@ -7,6 +7,7 @@ test, so a command that got as far as loading the model fails loudly.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import sys
@@ -259,3 +260,59 @@ def test_rlfactory_traceback_shows_what_is_behind_the_line(scratch, tmp_path, ca
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and f"{module}.py" in err
     assert err.strip().splitlines()[-1].startswith("rlfactory: config error: env.name:")
+
+
+def test_a_relative_model_folder_that_does_not_exist_is_named_at_once(scratch, tmp_path, capsys, monkeypatch):
+    import time
+
+    cfg, _ = scratch()
+    monkeypatch.chdir(tmp_path)
+    t0 = time.monotonic()
+    assert rollout(cfg, tmp_path, "model.path=models/tiny1m") == 2  # no models/ here: not a Hub download either
+    line = one_line(capsys)
+    assert f"model.path: 'models/tiny1m' does not exist (from {tmp_path})" in line and "never downloads" in line
+    assert time.monotonic() - t0 < 10  # no network retries
+    (tmp_path / "models" / "tiny10m").mkdir(parents=True)
+    assert rollout(cfg, tmp_path, "model.path=models/tiny1m") == 2
+    assert "'models/tiny1m' does not exist" in (line := one_line(capsys)) and "did you mean 'models/tiny10m'?" in line
+
+
+def test_a_tiny_model_size_that_does_not_exist_lists_the_sizes(scratch, tmp_path, capsys):
+    cfg, _ = scratch()
+    assert rollout(cfg, tmp_path, "model.path=tiny:5m") == 2
+    assert ("model.path: 'tiny:5m': no tiny model of that size; did you mean 'tiny:1m'? (sizes: tiny:10m, tiny:1m"
+            in one_line(capsys))
+
+
+WORDNET_ENV = ENV.replace('''    def load_split(self, split):
+        return''', '''    def load_split(self, split):
+        open("/nonexistent-wordnet/data.noun").close()
+        return''')
+
+
+def test_a_missing_env_data_file_is_named_before_the_model_loads(scratch, tmp_path, capsys):
+    cfg, module = scratch(env_source=WORDNET_ENV)
+    assert rollout(cfg, tmp_path, "--no-reward") == 2
+    line = one_line(capsys)
+    assert (f"env '{module}:NoteEnv': load_split('test') raised FileNotFoundError: [Errno 2] No such file or directory: "
+            "'/nonexistent-wordnet/data.noun'") in line and f"{module}.py:" in line
+    assert main(["sft", cfg]) == 2
+    assert f"env '{module}:NoteEnv': load_split('train') raised FileNotFoundError" in one_line(capsys)
+
+
+def test_a_family_that_breaks_the_token_contract_names_the_one_that_works(tiny):
+    from rlfactory.config import ConfigError
+    from rlfactory.rollout.build import checked_tool_manager
+    from rlfactory.rollout.config import ModelConfig
+
+    _, tok = tiny
+    tok = copy.deepcopy(tok)
+    # SmolLM2-135M's kind of template: plain ChatML that ignores tools
+    tok.chat_template = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                         "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+                         "{% endif %}")
+    with pytest.raises(ConfigError, match=r"model.family: 'qwen3' does not fit the chat template of smollm2:135m \(.*\); "
+                                          r"its template reads as family 'template', which does: set model.family: "
+                                          r"template, or leave model.family unset"):
+        checked_tool_manager(ModelConfig(path="smollm2:135m", family="qwen3"), tok, "llama")
+    assert type(checked_tool_manager(ModelConfig(path="smollm2:135m"), tok, "llama")).__name__ == "TemplateToolManager"
