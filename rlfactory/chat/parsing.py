@@ -18,6 +18,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rlfactory.text import nesting_depth
 from rlfactory.tools.base import ToolCall
 
 MAX_JSON_DEPTH = 100  # nested arrays/objects a tool call may have (Python's own limit is ~1000 frames)
@@ -92,7 +93,7 @@ def decode_json_prefix(text: str, start: int = 0, *, max_depth: int = MAX_JSON_D
                          _depth_exceeded_at(text, start, sys.getrecursionlimit()))
     if refused:
         return JsonError(refused[0], end)
-    if _max_brackets(text, start, end) > max_depth and _nesting_depth(value) > max_depth:
+    if _max_brackets(text, start, end) > max_depth and nesting_depth(value) > max_depth:
         return JsonError(f"is nested deeper than {max_depth} levels", end)
     if _SURROGATE_HINT.search(text, start, end) and _has_lone_surrogate(value):
         # valid JSON syntax, but not Unicode: no UTF-8 encoder (MCP clients, log files) accepts it
@@ -110,17 +111,6 @@ def _skip_whitespace(text: str, pos: int) -> int:
 def _max_brackets(text: str, start: int, end: int) -> int:
     """An upper bound on the nesting depth of `text[start:end]` (cheap: two C-level counts)."""
     return text.count("[", start, end) + text.count("{", start, end)
-
-
-def _nesting_depth(value: Any) -> int:
-    """Depth of nested lists/dicts (a scalar is 0, `{}` is 1), without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, (dict, list)):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
-    return deepest
 
 
 _SURROGATE_HINT = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")  # a surrogate, raw or escaped

@@ -7,11 +7,15 @@ assistant header, whatever the template's details are.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlfactory.text import valid_text
 from rlfactory.tools.base import ToolCall, ToolSpec
+
+log = logging.getLogger("rlfactory.chat")
 
 
 @dataclass
@@ -54,6 +58,8 @@ class ChatTemplate:
         if not self.template:
             raise ValueError("the tokenizer has no chat template; pass one")
         self.template_kwargs = {k: v for k, v in template_kwargs.items() if v is not None}
+        self.replaced_chars = 0
+        """Characters `encode` replaced because they were not valid Unicode."""
 
     def render(
         self,
@@ -71,7 +77,18 @@ class ChatTemplate:
         )
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`; the template writes its own special tokens (bos included)."""
+        """Token ids of `text`; the template writes its own special tokens (bos included).
+
+        Every family encodes prompts and observations here, so this is where outside text (a
+        dataset row, a tool result, an external agent's message) meets the tokenizer: a character
+        that is not valid Unicode (a lone surrogate), which tokenizers refuse with a TypeError, is
+        replaced by U+FFFD and counted in `replaced_chars` (rlfactory/text.py)."""
+        text, replaced = valid_text(text)
+        if replaced:
+            if not self.replaced_chars:
+                log.warning("replaced %d character(s) that are not valid Unicode (lone surrogates) with U+FFFD "
+                            "before tokenizing; the text came from a dataset row, a message or a tool", replaced)
+            self.replaced_chars += replaced
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def token_id(self, token: str | None) -> int | None:
