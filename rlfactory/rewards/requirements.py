@@ -57,9 +57,73 @@ def row_problem(needs: RowNeeds, info: dict[str, Any]) -> str | None:
     return None
 
 
+class _WatchedInfo(dict):
+    """A row's info that remembers the keys read from it that it does not have."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.missing: list[Any] = []
+
+    def __missing__(self, key: Any) -> Any:
+        self.missing.append(key)
+        raise KeyError(key)
+
+
+def rule_rewards(reward: Any) -> list[Any]:
+    """The RuleReward parts of `reward` (itself, or inside a ComposedReward)."""
+    from rlfactory.rewards.compose import ComposedReward
+    from rlfactory.rewards.rule import RuleReward
+
+    out, parts = [], [reward]
+    while parts:
+        part = parts.pop(0)
+        if isinstance(part, ComposedReward):
+            parts += [r for r, _ in part.parts.values()]
+        elif isinstance(part, RuleReward):
+            out.append(part)
+    return out
+
+
+def term_reads_missing_key(reward: Any, info: dict[str, Any], where: str) -> str | None:
+    """Each rule term run once on an empty trajectory of the row `info`: a term that reads a key
+    the row lacks (`trajectory.info["answer"]`) would fail on every trajectory, so it is named
+    now, with the key and what the row has. Any other failure is left to scoring (a term may
+    rightly need the model's text)."""
+    import inspect
+
+    from rlfactory.rewards.rule import _TERMS, ARGUMENTS_HINT
+    from rlfactory.trajectory import Trajectory
+
+    for rule in rule_rewards(reward):
+        for name in rule.weights:
+            watched = _WatchedInfo(info)
+            trajectory = Trajectory(id="check", group="check", info=watched)
+            try:
+                kwargs = rule._kwargs(name, {"answer": None, "references": rule.references(trajectory)})
+                value = _TERMS[name].fn(trajectory, **kwargs)
+                if inspect.iscoroutine(value):
+                    value.close()  # not run here: an async term is checked when it scores
+            except KeyError as e:
+                if watched.missing and e.args and e.args[0] in watched.missing:
+                    from rlfactory.imports import where as where_in_code
+
+                    return (f"reward term {name!r} ({where_in_code(e)}) reads trajectory.info[{e.args[0]!r}], which "
+                            f"{where} has not (it has: {', '.join(map(str, info)) or 'nothing'}); {ARGUMENTS_HINT}")
+            except Exception:  # noqa: BLE001 - only the missing key is judged here; scoring reports the rest
+                continue
+    return None
+
+
 def check_rows(reward: Any, infos: Iterable[dict[str, Any]], where: str) -> str | None:
     """The first problem over `infos` (one per row, as the env's `info(row)` returns them) as one
-    line starting with `where` (e.g. "env 'wiki': train row"), or None when every row can be scored."""
+    line starting with `where` (e.g. "env 'wiki': train row"), or None when every row can be scored.
+    The reward's rule terms are first tried on the first row (`term_reads_missing_key`)."""
+    infos = list(infos)
+    if infos:
+        ident = f" (id {infos[0]['id']!r})" if "id" in infos[0] else ""
+        problem = term_reads_missing_key(reward, infos[0], f"{where} 0{ident}")
+        if problem:
+            return problem
     needs = row_needs(reward)
     if not needs.reads_references:
         return None

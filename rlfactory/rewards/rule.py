@@ -21,6 +21,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from rlfactory.config import ConfigError
 from rlfactory.rewards.base import RewardScore, require_scorable
 from rlfactory.rewards.text import (
     AnswerExtractor,
@@ -85,6 +86,32 @@ def list_terms() -> list[str]:
     return sorted(_TERMS)
 
 
+class RewardTermError(ConfigError):
+    """A rule term raised while scoring: the message names the term (and where it is defined), the
+    row, and, for a key the row lacks, the key and how a term receives the references instead."""
+
+
+ARGUMENTS_HINT = ("a term receives the row's reference answers as its `references` parameter and the extracted "
+                  "answer as `answer`: def term(trajectory, answer=None, references=()) -> float")
+
+
+def row_label(info: Mapping[str, Any], fallback: str) -> str:
+    """`row 'q3'` (by the row's id) or `trajectory 'traj-0'` when the row has no id."""
+    return f"row {info['id']!r}" if isinstance(info, Mapping) and "id" in info else f"trajectory {fallback!r}"
+
+
+def term_error(name: str, exc: BaseException, trajectory: Trajectory) -> RewardTermError:
+    """The one-line error for term `name` raising `exc` on `trajectory`."""
+    from rlfactory.imports import where
+
+    info = trajectory.info if isinstance(trajectory.info, Mapping) else {}
+    head = f"reward term {name!r} ({where(exc)}) raised {type(exc).__name__}: {exc} on {row_label(info, trajectory.id)}"
+    if isinstance(exc, KeyError) and exc.args and exc.args[0] not in info:
+        return RewardTermError(f"{head}, whose trajectory.info has no {exc.args[0]!r} (it has: "
+                               f"{', '.join(map(str, info)) or 'nothing'}); {ARGUMENTS_HINT}")
+    return RewardTermError(head)
+
+
 class RuleReward:
     """Weighted sum of rule terms: total = sum(weight[t] * term_t(trajectory)).
 
@@ -128,10 +155,15 @@ class RuleReward:
         context = {"answer": self.answer_extractor(trajectory), "references": self.references(trajectory)}
         terms: dict[str, float] = {}
         for name in self.weights:
-            value = _TERMS[name].fn(trajectory, **self._kwargs(name, context))
-            if inspect.isawaitable(value):
-                value = await value
-            terms[name] = float(value)
+            try:
+                value = _TERMS[name].fn(trajectory, **self._kwargs(name, context))
+                if inspect.isawaitable(value):
+                    value = await value
+                terms[name] = float(value)
+            except RewardTermError:
+                raise
+            except Exception as e:  # the user's term: name it and the row, once, instead of a traceback
+                raise term_error(name, e, trajectory) from e
         return RewardScore(total=sum(self.weights[n] * v for n, v in terms.items()), terms=terms)
 
 

@@ -316,3 +316,42 @@ def test_a_family_that_breaks_the_token_contract_names_the_one_that_works(tiny):
                                           r"template, or leave model.family unset"):
         checked_tool_manager(ModelConfig(path="smollm2:135m", family="qwen3"), tok, "llama")
     assert type(checked_tool_manager(ModelConfig(path="smollm2:135m"), tok, "llama")).__name__ == "TemplateToolManager"
+
+
+TERM_ENV = ENV.replace('''@register_env''', '''from rlfactory.rewards import reward_term
+
+
+@reward_term("{registered}/mine")
+def mine(trajectory, answer=None):
+    return float(answer == trajectory.info["answer"])
+
+
+@register_env''').replace('''RuleReward({{"{term}": 1.0}})''', '''RuleReward({{"{registered}/mine": 1.0}})''')
+
+
+def test_a_reward_term_reading_a_key_the_row_lacks_is_named_before_the_rollout(scratch, tmp_path, capsys):
+    cfg, module = scratch(env_source=TERM_ENV, answer_key="label")
+    assert rollout(cfg, tmp_path) == 2
+    line = one_line(capsys)
+    assert (f"reward term '{module}/mine' ({tmp_path / module}.py:") in line
+    assert ("reads trajectory.info['answer'], which env '" + module + ":NoteEnv': test row 0 (id 'r0') has not "
+            "(it has: id, question, label); a term receives the row's reference answers as its `references` "
+            "parameter") in line
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_reward_term_that_fails_while_scoring_names_the_term_and_the_row(tmp_path):
+    import asyncio
+
+    from rlfactory.rewards import RuleReward, reward_term
+    from rlfactory.rewards.rule import RewardTermError
+    from rlfactory.trajectory import Trajectory
+
+    @reward_term("mistakes/per_call")
+    def per_call(trajectory, answer=None):
+        return 1.0 / len(trajectory.tool_calls)
+
+    reward = RuleReward({"mistakes/per_call": 1.0})
+    with pytest.raises(RewardTermError, match=r"reward term 'mistakes/per_call' \(.*test_cli_mistakes.py:\d+\) raised "
+                                              r"ZeroDivisionError: float division by zero on row 'q7'$"):
+        asyncio.run(reward.score(Trajectory(id="t0", group="g", info={"id": "q7"})))
