@@ -41,6 +41,7 @@ class ToolCallRecord:
     turn: int = 0
     truncated: bool = False  # the result's text was cut to fit rollout.max_observation_tokens
     error: str | None = None  # for a status other than ok: the start of what the model was shown
+    replaced_chars: int = 0  # characters of the result that were not valid Unicode, shown as U+FFFD
 
 
 @dataclass
@@ -102,7 +103,15 @@ class Trajectory:
         return cls(**d)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False)
+        """One JSON line. Readable UTF-8, except when some string is not valid Unicode (a lone
+        surrogate in a row's info or a call's arguments, which no UTF-8 writer accepts): then the
+        whole line escapes non-ASCII as `\\uXXXX`, which reads back to the same strings."""
+        line = json.dumps(self.to_dict(), ensure_ascii=False)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(self.to_dict())
+        return line
 
     @classmethod
     def from_json(cls, line: str) -> "Trajectory":

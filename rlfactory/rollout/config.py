@@ -112,6 +112,11 @@ class RolloutConfig(Section):
     observation tokens instead of the whole context (dropped when the trajectory ends)."""
     max_concurrent: int | None = None
     """Most trajectories in flight at once (async mode); unset = all of them."""
+    max_calls_per_turn: int = 8
+    """Most tool calls run for one model turn (as verl's `max_parallel_calls`, whose default is 1):
+    the first ones in the turn's order run, and the observation tells the model how many more were
+    not run; they are counted in the trajectory's `calls_not_run` metric and one tool-call record
+    of status `not_run`."""
     infra_statuses: list[str] = ["crashed", "circuit_open", "unresponsive"]
     """Tool-call statuses that are the infrastructure's fault, not the model's. When every call of
     a turn fails with one of them, the trajectory stops there with status `infra_error` and its
@@ -129,7 +134,7 @@ class RolloutConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> "RolloutConfig":
-        for name in ("max_new_tokens", "max_total_tokens", "max_observation_tokens", "max_batch"):
+        for name in ("max_new_tokens", "max_total_tokens", "max_observation_tokens", "max_batch", "max_calls_per_turn"):
             if getattr(self, name) < 1:
                 raise ValueError(f"rollout.{name} must be >= 1")
         if self.max_turns is not None and self.max_turns < 1:

@@ -15,6 +15,7 @@ The engine does not score: `Trajectory.reward` stays None.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -26,6 +27,8 @@ from rlfactory.rollout.generator import GenRequest, GenResult, Generator
 from rlfactory.rollout.sampling import mix_seed
 from rlfactory.tools.base import ToolResult
 from rlfactory.trajectory import Trajectory
+
+log = logging.getLogger("rlfactory.rollout")
 
 
 class RolloutEngine:
@@ -89,6 +92,9 @@ class RolloutEngine:
         forget = getattr(self.generator, "forget", None)  # a generator that keeps no caches has none
 
         async def one(i: int) -> None:
+            if prompts[i] is None:  # its row could not be made into a prompt (`_start`)
+                schedule.leave()
+                return
             session = uuid.uuid4().hex if self.rollout.reuse_kv else None
             try:
                 async with schedule.slot():
@@ -122,15 +128,27 @@ class RolloutEngine:
             priority=priority,
         )
 
-    def _start(self, rows: list[dict[str, Any]], n: int) -> tuple[list[Trajectory], list[list[int]]]:
-        """The empty trajectories (id, group, info) and their prompt ids, row-major."""
+    def _start(self, rows: list[dict[str, Any]], n: int) -> tuple[list[Trajectory], list[list[int] | None]]:
+        """The empty trajectories (id, group, info) and their prompt ids, row-major. A row that
+        `env.reset`, `env.info` or `render_prompt` cannot take gives n trajectories that are
+        already over: status infra_error, no segments, prompt None, `error` saying why."""
         specs = list(self.runner.specs()) if self.runner is not None else []
-        trajs, prompts = [], []
+        trajs: list[Trajectory] = []
+        prompts: list[list[int] | None] = []
         for row, group in zip(rows, group_names(rows)):
-            prompt_ids = list(self.tool_manager.render_prompt(self.env.reset(row), specs))
-            info = self.env.info(row)
+            prompt_ids: list[int] | None
+            try:
+                prompt_ids = list(self.tool_manager.render_prompt(self.env.reset(row), specs))
+                info, error = self.env.info(row), None
+            except Exception as e:  # a bad row costs its own trajectories only
+                prompt_ids, info = None, {}
+                error = f"the row could not be made into a prompt: {type(e).__name__}: {e}"[:1000]
+                log.warning("row %s: %s", group, error)
             for j in range(n):
-                trajs.append(Trajectory(id=f"{group}-{j}", group=group, info=dict(info)))
+                traj = Trajectory(id=f"{group}-{j}", group=group, info=dict(info))
+                if error is not None:
+                    traj.status, traj.error = "infra_error", error
+                trajs.append(traj)
                 prompts.append(prompt_ids)
         return trajs, prompts
 

@@ -18,7 +18,8 @@ How a trajectory ends, and its status:
                an error observation with the reason; the model may recover.
   infra_error  the tool layer could not serve a turn: every call of the turn failed with one of
                `rollout.infra_statuses` (default crashed, circuit_open, unresponsive), or
-               env.step raised or returned the wrong number of results. The trajectory stops
+               env.step raised or returned the wrong number or kind of results; or the tool
+               manager raised rendering the observation. The trajectory stops
                there and `error` says why. A tool's own error, an ordinary timeout or bad
                arguments are observations the model reads; so is an infra failure of some (not
                all) calls of a turn. The generator raising GenerationUnavailable (no server could
@@ -43,7 +44,8 @@ from rlfactory.envs.base import Env
 from rlfactory.rollout.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.generator import GenerationUnavailable, GenRequest, GenResult, Generator
 from rlfactory.rollout.sampling import mix_seed
-from rlfactory.tools.base import MALFORMED, OK, ToolCall, ToolResult
+from rlfactory.text import valid_text
+from rlfactory.tools.base import MALFORMED, NOT_RUN, OK, ToolCall, ToolResult
 from rlfactory.trajectory import STATUSES, Segment, Status, ToolCallRecord, Trajectory
 
 TRUNCATION_MARK = " [truncated]"
@@ -158,15 +160,24 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
                 if last_turn:
                     return _end(traj, "truncated")  # the calls of the last allowed turn are not run
 
-                # 5. Tools: run the turn's calls; a turn the tool layer could not serve ends here.
-                results, error = await run_tools(traj, list(parsed.calls), setup, index)
+                # 5. Tools: run the turn's calls (at most max_calls_per_turn of them); a turn the
+                # tool layer could not serve ends here.
+                calls = list(parsed.calls)
+                results, error = await run_tools(traj, calls[: rollout.max_calls_per_turn], setup, index)
                 if error is not None:
                     traj.error = error
                     return _end(traj, "infra_error")
+                if len(calls) > rollout.max_calls_per_turn:
+                    results.append(not_run(traj, len(calls) - rollout.max_calls_per_turn, rollout.max_calls_per_turn))
                 overflow = "truncated"
 
-            # 6. Fit the observation into its own budget and what is left of the trajectory's.
-            obs, cut = fit_observation(tm, results, rollout.max_observation_tokens)
+            # 6. Fit the observation into its own budget and what is left of the trajectory's. A
+            # tool manager that cannot render it ends this trajectory only.
+            try:
+                obs, cut = fit_observation(tm, results, rollout.max_observation_tokens)
+            except Exception as e:
+                traj.error = f"rendering the observation raised {type(e).__name__}: {e}"[:1000]
+                return _end(traj, "infra_error")
             if obs is None:
                 traj.error = "the observation does not fit in rollout.max_observation_tokens"
                 return _end(traj, overflow)
@@ -215,16 +226,39 @@ async def run_tools(traj: Trajectory, calls: list[ToolCall], setup: Setup, index
         return [], f"tool step raised {type(e).__name__}: {e}"
     finally:
         _add(traj, tool_s=time.perf_counter() - t0)
+    wrong = next((r for r in results if not isinstance(r, ToolResult)), None)
+    if wrong is not None:
+        return [], f"the tool step returned a {type(wrong).__name__} where a ToolResult belongs"
+    results = [_valid(r) for r in results]
     for call, res in zip(calls, results):
         traj.tool_calls.append(ToolCallRecord(
             call.name, call.arguments, res.status, float(res.latency_s), bool(res.cached), turn=traj.turns,
-            truncated=bool(res.truncated), error=None if res.status == OK and not res.is_error else res.text[:200]))
+            truncated=bool(res.truncated), error=None if res.status == OK and not res.is_error else res.text[:200],
+            replaced_chars=res.replaced_chars))
     if len(results) != len(calls):
         return [], f"the tool step returned {len(results)} results for {len(calls)} calls"
     infra = setup.rollout.infra_statuses
     if results and all(r.status in infra for r in results):
         return [], "; ".join(f"{c.name}: {r.status}: {r.text[:200]}" for c, r in zip(calls, results))
     return results, None
+
+
+def not_run(traj: Trajectory, extra: int, limit: int) -> ToolResult:
+    """The result the model reads in place of the `extra` calls of its turn past `limit`; recorded
+    as one tool call of status `not_run` and counted in the `calls_not_run` metric."""
+    res = ToolResult.error(f"{extra} more tool call(s) of this turn were not run: at most {limit} run per turn", NOT_RUN)
+    traj.tool_calls.append(ToolCallRecord("", None, NOT_RUN, 0.0, turn=traj.turns, error=res.text))
+    traj.metrics["calls_not_run"] = traj.metrics.get("calls_not_run", 0.0) + extra
+    return res
+
+
+def _valid(result: ToolResult) -> ToolResult:
+    """`result` with valid Unicode text (an env's own step may bypass the ToolRunner, which does
+    the same): a lone surrogate would make the tokenizer raise."""
+    text, replaced = valid_text(result.text)
+    if not replaced and text is result.text:
+        return result
+    return replace(result, text=text, replaced_chars=result.replaced_chars + replaced)
 
 
 def fit_observation(tm: ToolManager, results: list[ToolResult], limit: int) -> tuple[list[int] | None, set[int]]:

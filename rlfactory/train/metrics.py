@@ -57,6 +57,10 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     tool_status = Counter(c.status for t in trajs for c in t.tool_calls)
     n_calls = sum(tool_status.values())
     out["tools/error_rate"] = (n_calls - tool_status.get("ok", 0)) / n_calls if n_calls else 0.0
+    # hostile input made harmless, summed over the step: calls past rollout.max_calls_per_turn,
+    # and characters of tool results that were not valid Unicode (shown to the model as U+FFFD)
+    out["tools/calls_not_run"] = float(sum(t.metrics.get("calls_not_run", 0.0) for t in trajs))
+    out["tools/replaced_chars"] = float(sum(c.replaced_chars for t in trajs for c in t.tool_calls))
     out.update(per_tool_metrics(trajs))
     out["time/traj_gen_s"] = _mean([t.metrics.get("gen_s", 0.0) for t in trajs])
     out["time/traj_tool_s"] = _mean([t.metrics.get("tool_s", 0.0) for t in trajs])
