@@ -15,8 +15,6 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Literal, Sequence
 
-from rlfactory.config import ConfigError
-
 from rlfactory.rollout.config import ModelConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.local import LocalGenerator
@@ -147,16 +145,7 @@ async def open_rollout(
     `model` is the learner's copy; `load_policy=False` skips loading it (rollouts only).
     `connect_server` reaches the MCP servers (see ToolRunner; default: start them in this process).
     """
-    from rlfactory.rollout.prepare import (
-        build_env,
-        build_run_reward,
-        build_runner,
-        check_split,
-        env_tools,
-        resolve_max_turns,
-        split_rows,
-        start_runner,
-    )
+    from rlfactory.rollout.prepare import CommandChecks, build_env, prepare_tools_and_reward, resolve_max_turns
 
     gen_cfg = getattr(cfg, "generator", None)
     on_servers = gen_cfg is not None and gen_cfg.backend == "server"
@@ -171,13 +160,8 @@ async def open_rollout(
         resolve_max_turns(cfg, env)
     generator = runner = None
     try:
-        runner = build_runner(cfg.tools, env_tools(cfg, env), connect_server)
-        await start_runner(runner, cfg.tools)
-        reward = build_run_reward(cfg, env, runner) if reward_mode != "off" else None
-        if reward is None and reward_mode == "required":
-            raise ConfigError("reward: nothing configured (reward.terms / judge / verify) and the env has no reward()")
-        for split in check_splits:  # read even without a reward: a missing data file shows now
-            check_split(cfg, env, reward, split, split_rows(env, split, cfg.env.name))
+        runner, reward = await prepare_tools_and_reward(cfg, env, CommandChecks(reward_mode, tuple(check_splits)),
+                                                        connect_server)
         if model is None and (load_policy or not on_servers):
             model, loaded_tok = load_model(cfg.model, pick_device(cfg.model.device))
             tokenizer = tokenizer if tokenizer is not None else loaded_tok

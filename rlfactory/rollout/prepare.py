@@ -12,13 +12,18 @@ these steps, in this order, so that a user's mistake ends the command in seconds
 3. `build_run_reward`: the env's own reward and the `reward:` section built.
 4. `check_split`: the rows of the splits the command uses checked against what the reward reads
    (a reference answer for `exact_match` and the like).
+
+What each command asks of steps 3 and 4 is `command_checks` (train and eval need a reward,
+rollout scores when it can, sft needs none); `check_command` runs steps 1-4 and stops what they
+started: the studio's config check is the command's own.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlfactory.config import ConfigError
 from rlfactory.imports import import_ref, where
@@ -193,3 +198,62 @@ def check_split(cfg: Any, env: Env, reward: Reward | None, split: str, rows: lis
                          f"env {cfg.env.name!r}: {split} row")
     if problem:
         raise ConfigError(problem)
+
+
+RewardMode = Literal["optional", "required", "off"]
+
+
+@dataclass(frozen=True)
+class CommandChecks:
+    """What a command asks of the reward and the data before it loads a model."""
+
+    reward_mode: RewardMode
+    """required: no reward is a ConfigError; optional: scored when one is configured; off: none built."""
+    check_splits: tuple[str, ...]
+    """Splits whose rows are checked against what the reward reads."""
+
+
+def command_checks(command: str, cfg: Any, split: str = "test", reward: bool = True) -> CommandChecks:
+    """The checks of `rlfactory COMMAND` (train | eval | rollout | sft) on `cfg`; `split` is
+    eval's and rollout's --split, `reward=False` rollout's --no-reward."""
+    if command == "train":
+        return CommandChecks("required", ("train", "test") if cfg.trainer.eval_every else ("train",))
+    if command == "eval":
+        return CommandChecks("required", (split,))
+    if command == "rollout":
+        return CommandChecks("optional" if reward else "off", (split,))
+    if command == "sft":
+        return CommandChecks("off", ("train",))
+    raise ValueError(f"no checks for command {command!r} (train, eval, rollout or sft)")
+
+
+async def prepare_tools_and_reward(cfg: Any, env: Env, checks: CommandChecks,
+                                   connect_server: Any = None) -> tuple[ToolRunner, Reward | None]:
+    """Steps 2-4 for `env`: the started ToolRunner (the caller closes it) and the run's reward
+    (None where `checks` allow it). A mistake is a ConfigError; nothing is left running then."""
+    runner = build_runner(cfg.tools, env_tools(cfg, env), connect_server)
+    try:
+        await start_runner(runner, cfg.tools)
+        reward = build_run_reward(cfg, env, runner) if checks.reward_mode != "off" else None
+        if reward is None and checks.reward_mode == "required":
+            raise ConfigError("reward: nothing configured (reward.terms / judge / verify) and the env has no reward()")
+        for split in checks.check_splits:  # read even without a reward: a missing data file shows now
+            check_split(cfg, env, reward, split, split_rows(env, split, cfg.env.name))
+    except BaseException:
+        await runner.aclose()
+        raise
+    return runner, reward
+
+
+async def check_command(cfg: Any, checks: CommandChecks) -> None:
+    """Steps 1-4 as the command runs them, then stop what they started (MCP servers, the env).
+    Raises the ConfigError the command would end with; returns when it would go on to load the model."""
+    from rlfactory.rollout.model_source import check_model_path
+
+    check_model_path(cfg.model.path)  # as open_rollout does first
+    env = build_env(cfg)
+    try:
+        runner, _ = await prepare_tools_and_reward(cfg, env, checks)
+        await runner.aclose()
+    finally:
+        env.close()
