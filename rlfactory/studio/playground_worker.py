@@ -53,6 +53,11 @@ def build_config(req: dict[str, Any]) -> Any:
                       ("temperature", "sampling.temperature")):
         if req.get(key) not in (None, ""):
             overrides.append(f"{name}={req[key]}")
+    # The env's turn limit holds unless the user gives one; a given one is the env's too, so the
+    # config's own `env.options.max_turns` cannot disagree with it.
+    options = (data.get("env") or {}).get("options") if isinstance(data.get("env"), dict) else None
+    if req.get("max_turns") not in (None, "") and isinstance(options, dict) and "max_turns" in options:
+        overrides.append(f"env.options.max_turns={req['max_turns']}")
     data = apply_overrides(data, overrides)
     return validate(RunConfig, data, f"{path or 'playground'} (with {' '.join(overrides)})", base_dir)
 

@@ -63,7 +63,8 @@ async def run_metrics(request: Request):
 
 async def run_events(request: Request):
     """Server-sent events for one run: `metrics` (records appended since the given offsets),
-    `reset` (the logs were rewritten: reload), `steps` (new trajectory files), `status`."""
+    `reset` (the logs were rewritten: reload), `steps` (new trajectory files), `status` (the run's
+    summary, whenever its status or its last step changes)."""
     st = _state(request)
     path = _run(request)
     train = M.JsonlTail(path / "metrics.jsonl", arg(request, "offset", 0, int))
@@ -88,8 +89,9 @@ async def run_events(request: Request):
                 yield sse_event("steps", {"steps": now_steps})
                 steps = now_steps
             summary = summarize(st.runs, path, st.jobs.latest_for(path)).to_json()
-            if summary["status"] != status:
-                status = summary["status"]
+            now = (summary["status"], summary["steps_done"])  # the page's header shows both
+            if now != status:
+                status = now
                 yield sse_event("status", summary)
             if time.monotonic() - beat > HEARTBEAT_S:
                 beat = time.monotonic()

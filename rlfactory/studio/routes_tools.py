@@ -45,12 +45,21 @@ async def list_files(request: Request):
     for root in roots:
         for p in sorted(root.rglob("*")) if root.is_dir() else []:
             if p.is_file() and p.suffix.lower() in suffixes and p.stat().st_size < 512 << 20:
+                if suffixes == DATA_SUFFIXES and p.suffix.lower() == ".json" and not _json_list(p):
+                    continue  # an object (an MCP config, say) is no dataset: a .json dataset is a list of rows
                 base = st.workspace if p.resolve().is_relative_to(st.workspace) else st.runs
                 label = p.resolve().relative_to(base).as_posix()
                 out.append({"path": str(p.resolve()), "label": label})
     if suffixes == DATA_SUFFIXES:  # .json last: often a config, not data
         out.sort(key=lambda f: (Path(f["path"]).suffix.lower() == ".json", f["label"]))
     return ok({"files": out})
+
+
+def _json_list(path: Path) -> bool:
+    """Whether a .json file holds a list (its first character past any whitespace is `[`)."""
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head[:1] == b"["
 
 
 async def upload(request: Request):
@@ -89,7 +98,8 @@ async def tools_load(request: Request):
         raise ApiError(400, "choose a tool config file or give module:function names")
     cfg = tools_config(path, python, data.get("timeout_s"))
     try:
-        session = await st.tools.open(cfg, str(path or ", ".join(python)), st.workspace)
+        # module:function names resolve from the config's folder first, as on the command line
+        session = await st.tools.open(cfg, str(path or ", ".join(python)), [*([path.parent] if path else []), st.workspace])
     except ToolStartError as e:
         raise ApiError(400, f"tools did not start: {e}") from None
     except (ImportError, AttributeError, ValueError) as e:

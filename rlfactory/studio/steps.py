@@ -82,11 +82,25 @@ class StepIndex:
             return json.loads(f.read(length))
 
 
+def preview_tail(text: str, limit: int = PREVIEW_CHARS) -> str:
+    """The end of `text` in at most `limit` characters, starting at a word ("… " marks the cut),
+    so a card never opens mid-word."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    tail = text[-(limit - 2):]
+    if not text[-(limit - 2) - 1].isspace():  # the cut fell inside a word: start at the next one
+        i = next((i for i, c in enumerate(tail) if c.isspace()), None)
+        if i is not None and tail[i:].strip():
+            tail = tail[i:]
+    return "… " + tail.lstrip()
+
+
 def _summary(i: int, d: dict[str, Any]) -> tuple[TrajSummary, str]:
     segs = d.get("segments") or []
     calls = d.get("tool_calls") or []
     model_text = "".join(s.get("text", "") for s in segs if s.get("role") == "model")
-    tail = model_text.strip()[-PREVIEW_CHARS:]
+    tail = preview_tail(model_text)
     summary = TrajSummary(
         index=i, id=str(d.get("id", i)), group=str(d.get("group", "")), status=str(d.get("status", "?")),
         reward=d.get("reward"), advantage=d.get("advantage"), reward_terms=dict(d.get("reward_terms") or {}),

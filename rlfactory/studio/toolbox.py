@@ -71,13 +71,17 @@ class ToolSessions:
         self.limit = limit
         self.sessions: dict[str, ToolSession] = {}
 
-    async def open(self, cfg: ToolsConfig, source: str, cwd_for_imports: Path | None = None) -> ToolSession:
+    async def open(self, cfg: ToolsConfig, source: str, import_from: list[Path] | None = None) -> ToolSession:
+        """Start the tools of `cfg`; `module:function` names import from the folders `import_from`
+        (first first: a config's own folder, then the work folder)."""
         import sys
 
         from rlfactory.tools.runner import ToolRunner
 
-        if cwd_for_imports is not None and str(cwd_for_imports) not in sys.path:
-            sys.path.insert(0, str(cwd_for_imports))
+        for folder in reversed(import_from or []):
+            if str(folder) in sys.path:
+                sys.path.remove(str(folder))
+            sys.path.insert(0, str(folder))
         runner = ToolRunner.from_config(cfg)
         await runner.start()
         session = ToolSession(uuid.uuid4().hex[:12], source, runner, time.time())

@@ -86,12 +86,12 @@ export class LineChart {
     const Y = v => g.t + (1 - (v - ex.y0) / (ex.y1 - ex.y0)) * (g.h - g.t - g.b);
     ctx.strokeStyle = "#eceef2"; ctx.fillStyle = "#8b93a1"; ctx.lineWidth = 1;
     const yt = ticks(ex.y0, ex.y1, 4);
-    const span = yt.length > 1 ? yt[1] - yt[0] : 1;
-    const digits = Math.max(0, Math.min(6, -Math.floor(Math.log10(span))));
-    for (const v of yt) {
+    const labels = tickLabels(yt);
+    this.el.dataset.yticks = labels.join("|");  // what is drawn, for tests and readers
+    for (const [i, v] of yt.entries()) {
       const y = Math.round(Y(v)) + 0.5;
       ctx.beginPath(); ctx.moveTo(g.l, y); ctx.lineTo(g.w - g.r, y); ctx.stroke();
-      const a = Math.abs(v), label = a === 0 ? "0" : (a >= 1e5 || digits > 3) ? v.toExponential(1) : v.toFixed(digits);
+      const label = labels[i];
       ctx.textAlign = "right"; ctx.fillText(label, g.l - 5, y + 3);
     }
     ctx.textAlign = "center";
@@ -157,6 +157,17 @@ export class LineChart {
     this.tip.style.left = `${Math.min(x, r.width - this.tip.offsetWidth - 4)}px`;
     this.tip.style.top = `${ev.clientY - r.top + 10}px`;
   }
+}
+
+// Labels for tick values: the fewest significant digits that tell every tick apart (a narrow
+// range such as 7.6012 .. 7.6018 needs five), in exponent form only for huge or tiny numbers.
+export function tickLabels(values) {
+  const big = values.some(v => Math.abs(v) >= 1e5), tiny = values.every(v => v === 0 || Math.abs(v) < 1e-3);
+  for (let p = 1; p <= 12; p++) {
+    const labels = values.map(v => v === 0 ? "0" : (big || tiny) ? v.toExponential(p - 1) : String(+v.toPrecision(p)));
+    if (new Set(labels).size === labels.length) return labels;
+  }
+  return values.map(String);
 }
 
 function ticks(lo, hi, n) {

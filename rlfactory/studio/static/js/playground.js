@@ -12,7 +12,7 @@ export async function playgroundPage(app) {
       .map(f => h("option", { value: f.path }, f.label))));
   const question = h("input", { id: "pg-question", placeholder: "type a question", style: { width: "100%" } });
   const answer = h("input", { id: "pg-answer", placeholder: "reference answer (optional: scores the rollout)", style: { width: "280px" } });
-  const turns = h("input", { id: "pg-turns", type: "number", min: 1, value: 3, style: { width: "70px" } });
+  const turns = h("input", { id: "pg-turns", type: "number", min: 1, placeholder: "env's", title: "empty: the env's own limit", style: { width: "70px" } });
   const maxNew = h("input", { id: "pg-max-new", type: "number", min: 1, value: 96, style: { width: "80px" } });
   const temp = h("input", { id: "pg-temp", type: "number", min: 0, step: 0.1, value: 1.0, style: { width: "70px" } });
   const script = h("textarea", { id: "pg-script", rows: 4, placeholder: "Optional: force the model's turns (one per block, blocks separated by a line with ---). Useful to try an env or a tool config with a model that cannot use tools yet." });
@@ -38,7 +38,7 @@ export async function playgroundPage(app) {
     let id;
     try {
       id = (await api("/api/playground/start", { model: model.value, config: config.value, question: question.value, answer: answer.value,
-        max_turns: Number(turns.value), max_new_tokens: Number(maxNew.value), temperature: Number(temp.value), script: blocks })).id;
+        max_turns: turns.value ? Number(turns.value) : null, max_new_tokens: Number(maxNew.value), temperature: Number(temp.value), script: blocks })).id;
     } catch (e) { state.replaceChildren(errorBox(e)); return; }
     runBtn.disabled = true; stopBtn.disabled = false;
     state.replaceChildren(h("span", { class: "spinner" }), " starting…");

@@ -1,5 +1,5 @@
 // One run: live metrics (server-sent events append what metrics.jsonl gains), trajectories, config.
-import { api, h, fmt, badge, qs, listen, toast, errorBox } from "./util.js";
+import { api, h, fmt, badge, qs, listen, toast, errorBox, count } from "./util.js";
 import { LineChart } from "./chart.js";
 import { trajectoriesTab } from "./traj.js";
 
@@ -105,7 +105,7 @@ async function metricsTab(body, runId, info, setActions) {
   const setNote = () => {
     note.textContent = train.sampled
       ? `${train.steps.length} of the run's steps drawn (an even sample of a long run); live steps are added as they come.`
-      : `${train.steps.length} steps${evals.steps.length ? `, ${evals.steps.length} evaluations` : ""}.`;
+      : `${count(train.steps.length, "step")}${evals.steps.length ? `, ${count(evals.steps.length, "evaluation")}` : ""}.`;
   };
   setNote();
   const add = (records, kind) => {

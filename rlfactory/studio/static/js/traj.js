@@ -47,6 +47,9 @@ export async function trajectoriesTab(body, runId, steps, params) {
       const view = await api(`/api/run/trajectory?${qs({ run: runId, step, index: i })}`);
       viewer = renderTrajectory(view);
       detail.replaceChildren(viewer.el);
+      // the detail sits below every group's cards: bring it into view (scroll-margin keeps it clear of the top bar)
+      const top = detail.getBoundingClientRect().top;
+      if (top < 60 || top > window.innerHeight - 120) detail.scrollIntoView({ block: "start" });
       history.replaceState(null, "", `#/run/${encodeURIComponent(runId)}?tab=traj&step=${step}&i=${i}`);
     } catch (e) { detail.replaceChildren(errorBox(e)); }
   };
@@ -80,7 +83,7 @@ function memberCard(m, onclick) {
     h("div", { class: "row", style: { gap: "6px" } }, badge(m.status), h("span", { class: "muted" }, m.id)),
     h("div", { class: "nums" }, h("span", {}, "reward ", h("b", {}, fmt(m.reward))), h("span", {}, "adv ", h("b", {}, fmt(m.advantage))),
       h("span", {}, `${m.turns} turns`), h("span", { style: m.tool_errors ? { color: "var(--bad)" } : {} }, `${m.tool_calls} calls${m.tool_errors ? `, ${m.tool_errors} err` : ""}`)),
-    h("div", { class: "preview" }, m.answer_preview || "(no model text)"));
+    h("div", { class: "preview", title: "the end of the model's text" }, h("span", {}, m.answer_preview || "(no model text)")));
 }
 
 // One trajectory. Returns {el, step(dir)}: `step` moves the token cursor.
@@ -123,7 +126,18 @@ export function renderTrajectory(view, { live = false } = {}) {
       t.span.style.background = bg;
     }
   };
-  colorSel.addEventListener("change", recolor);
+  const legend = h("div", { class: "color-legend", id: "color-legend" });
+  const swatch = (bg, label, extra = {}) => h("span", { class: "sw" }, h("i", { style: { background: bg, ...extra } }), label);
+  const paintLegend = () => legend.replaceChildren(...({
+    "": [swatch("var(--model)", "model token (in the loss)", { boxShadow: "inset 0 -2px 0 #9db7f5" }), swatch("var(--obs)", "observation (masked)"),
+      swatch("var(--prompt)", "prompt (masked)", { border: "1px solid var(--line)" })],
+    lp: [h("span", {}, "sampler probability of each model token: "), swatch("rgba(47,95,208,0.08)", "0"), swatch("rgba(47,95,208,0.43)", "0.5"),
+      swatch("rgba(47,95,208,0.78)", "1")],
+    diff: [h("span", {}, "trainer − sampler logprob: "), swatch("rgba(192,38,45,0.7)", "trainer lower"), swatch("rgba(22,128,60,0.7)", "trainer higher"),
+      h("span", { class: "muted" }, "(stronger = larger gap, full at 0.2 nats)")],
+  })[colorSel.value]);
+  paintLegend();
+  colorSel.addEventListener("change", () => { recolor(); paintLegend(); });
   const segEls = [];
   const addSegment = (seg, k) => {
     const role = seg.role;
@@ -170,6 +184,7 @@ export function renderTrajectory(view, { live = false } = {}) {
         h("div", { class: "row" }, h("h2", { style: { margin: 0 } }, view.id || "trajectory"), badge(view.status || "?"),
           h("span", {}, "reward ", h("b", { id: "traj-reward" }, fmt(view.reward))), h("span", {}, "advantage ", h("b", {}, fmt(view.advantage))),
           h("span", {}, `${view.turns ?? "?"} turns`), h("span", { class: "grow" }), colorSel),
+        legend,
         view.error ? h("div", { class: "error-box", style: { marginTop: "8px" } }, `why ${view.status}: ${view.error}`) : null,
         info.question ? h("div", { style: { marginTop: "8px" } }, h("b", {}, "question "), info.question) : null,
         refs ? h("div", {}, h("b", {}, "reference "), JSON.stringify(refs)) : null,

@@ -55,6 +55,9 @@ export function fmt(x, digits = 3) {
   return x.toFixed(a >= 100 ? 1 : digits);
 }
 
+// "1 step", "3 steps"
+export function count(n, noun) { return `${n} ${noun}${n === 1 ? "" : "s"}`; }
+
 export function ago(t) {
   if (!t) return "–";
   const s = Date.now() / 1000 - t;
