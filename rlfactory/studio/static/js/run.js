@@ -24,6 +24,7 @@ export async function runPage(app, runId, params) {
   const info = await api(`/api/run?${qs({ run: runId })}`);
   const tab = params.get("tab") || "metrics";
   const statusEl = h("span", { id: "run-status" }, badge(info.summary.status));
+  const reasonEl = h("div", { class: "error-box", id: "run-reason" });
   const actions = h("span", { class: "row" });
   const head = h("div", { class: "row" }, h("h1", { style: { margin: 0 } }, runId), statusEl,
     h("span", { class: "muted", id: "run-summary" }, summaryText(info.summary)), h("span", { class: "grow" }), actions);
@@ -36,6 +37,9 @@ export async function runPage(app, runId, params) {
     actions.replaceChildren();
     statusEl.replaceChildren(badge(summary.status));
     statusEl.title = summary.status_reason;
+    // a failed run says why where it is seen (a launch that failed at start has nothing else to show)
+    reasonEl.textContent = summary.status === "failed" && summary.status_reason ? summary.status_reason : "";
+    reasonEl.style.display = reasonEl.textContent ? "" : "none";
     if (summary.status !== "running" && summary.steps_total && summary.steps_done < summary.steps_total) {
       actions.append(h("button", { id: "resume", onclick: () => resume(false) }, "Resume"));
     }
@@ -56,6 +60,7 @@ export async function runPage(app, runId, params) {
     }
   };
   app.insertBefore(confirmBox, tabs);
+  app.insertBefore(reasonEl, confirmBox);
   setActions(info.summary);
   if (tab === "config") {
     body.append(h("div", { class: "panel" }, h("pre", { class: "mono" }, info.config || "(no config.yaml)")));
