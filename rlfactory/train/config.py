@@ -19,6 +19,7 @@ from rlfactory.rollout.config import ModelConfig, RolloutConfig, SamplingConfig
 from rlfactory.rollout.server_config import GeneratorConfig
 from rlfactory.tools.config import ToolsConfig
 from rlfactory.train.fsdp_config import FsdpConfig
+from rlfactory.train.loggers.config import LoggerName, TrackerConfig
 from rlfactory.train.ray_config import RayConfig
 from rlfactory.train.sft_config import SftConfig
 
@@ -161,6 +162,12 @@ class TrainerConfig(Section):
     """Evaluate on at most this many test rows (the first ones); unset = all."""
     log_trajectories: bool = True
     """Write every step's trajectories to run_dir/trajectories/step_NNNNNN.jsonl."""
+    loggers: list[LoggerName] = ["jsonl", "tensorboard"]
+    """Where metrics go: jsonl (run_dir/metrics.jsonl; always written, resume and the studio read
+    it), tensorboard (run_dir/tensorboard), and the experiment trackers wandb, mlflow, trackio
+    (each an extra: `pip install 'rlfactory[wandb]'`; set up in `trainer.tracker`)."""
+    tracker: TrackerConfig = TrackerConfig()
+    """Settings of the experiment trackers named in `loggers`."""
     progress: bool = True
     """Show a progress bar on stderr."""
     backend: Literal["local", "ray"] = "local"

@@ -15,6 +15,7 @@ from rlfactory.run_state import write_run_state
 from rlfactory.train.checkpoint import latest_checkpoint
 from rlfactory.train.config import RunConfig
 from rlfactory.train.data import pin_threads
+from rlfactory.train.loggers import check_trackers, open_trackers
 from rlfactory.train.history import RESTART_FLAG, clear_history, start_over_refusal
 from rlfactory.train.loop import Trainer
 from rlfactory.train.parallel import Parallel, SingleProcess
@@ -72,6 +73,8 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
                          "(rlfactory train passes rlfactory.distributed.open_ray_rollout)")
     run_dir, ckpt = check_run_dir(cfg, resume, restart)
     main = parallel.is_main
+    if main:  # a tracker that cannot start is one line now, before the model loads
+        check_trackers(cfg.trainer.loggers, cfg.trainer.tracker)
     checks = command_checks("train", cfg)  # what the studio's config check runs too
     async with (open_session or open_rollout)(cfg, reward_mode=checks.reward_mode, check_splits=checks.check_splits) as session:
         env, reward = session.env, session.reward
@@ -87,23 +90,29 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
         trainer = Trainer(cfg, session, reward, train_rows, test_rows, parallel=parallel)
         if ckpt is not None:
             trainer.restore(ckpt)
-        log = RunLog(run_dir, resume_step=trainer.step_done if ckpt is not None else None) if main else None
+        log = RunLog(run_dir, resume_step=trainer.step_done if ckpt is not None else None,
+                     tensorboard="tensorboard" in cfg.trainer.loggers,
+                     trackers=open_trackers(cfg.trainer.loggers, cfg.trainer.tracker, run_dir,
+                                            cfg.model_dump(mode="json"), resume=ckpt is not None)) if main else None
+        outcome = "finished"
         state = write_run_state if main else (lambda *args: None)
         state(run_dir, "running")
         try:
             history = await trainer.run(log)
         except (KeyboardInterrupt, asyncio.CancelledError):
+            outcome = "stopped"
             saved = _checkpoint_on_stop(trainer, parallel)
             state(run_dir, "stopped", f"interrupted at step {trainer.step_done} of {cfg.trainer.steps}; {saved}")
             if main:
                 print(f"rlfactory train: stopped at step {trainer.step_done} of {cfg.trainer.steps}; {saved}", file=sys.stderr)
             raise
         except BaseException as e:
+            outcome = "failed"
             state(run_dir, "failed", f"{type(e).__name__}: {e}"[:500])
             raise
         finally:
             if log is not None:
-                log.close()
+                log.close(outcome)
         done = trainer.step_done >= cfg.trainer.steps
         state(run_dir, "finished" if done else "stopped", f"step {trainer.step_done} of {cfg.trainer.steps}")
         return history

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlfactory.train.system_metrics import SystemMetrics
+from rlfactory.train.loggers.base import Trackers
 from rlfactory.trajectory import Trajectory, write_jsonl
 
 
@@ -33,9 +34,12 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 class RunLog:
-    """Appends one metrics record per step to metrics.jsonl and TensorBoard."""
+    """Appends one metrics record per step to metrics.jsonl, TensorBoard and the experiment
+    trackers (rlfactory/train/loggers: a tracker that fails is dropped, the run goes on)."""
 
-    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True,
+                 trackers: Trackers | None = None) -> None:
+        self.trackers = trackers if trackers is not None else Trackers([])
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.dir / "metrics.jsonl"
@@ -84,6 +88,7 @@ class RunLog:
                 if isinstance(v, (int, float)) and math.isfinite(v):
                     self._tb.add_scalar(prefix + k, v, step)
             self._tb.flush()
+        self.trackers.log(step, metrics, kind)
 
     def has_eval(self, step: int) -> bool:
         """Whether eval.jsonl holds an evaluation of `step`."""
@@ -92,11 +97,14 @@ class RunLog:
     def trajectories(self, step: int, trajectories: Sequence[Trajectory]) -> None:
         self.traj_dir.mkdir(exist_ok=True)
         write_jsonl(self.traj_dir / f"step_{step:06d}.jsonl", list(trajectories), mode="w")
+        self.trackers.trajectories(step, trajectories)
 
-    def close(self) -> None:
+    def close(self, status: str = "finished") -> None:
+        """Close TensorBoard and end the trackers' runs (`status`: finished, stopped or failed)."""
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        self.trackers.close(status)
 
 
 def _clean(v: Any) -> Any:
