@@ -2,6 +2,10 @@
 import { api, h, fmt, badge, qs, listen, toast, errorBox, count } from "./util.js";
 import { LineChart } from "./chart.js";
 import { trajectoriesTab } from "./traj.js";
+import { chartBar } from "./chart_tools.js";
+import { relativeTimes } from "./chart_math.js";
+import { changesTab } from "./changes.js";
+import { stopButton } from "./run_actions.js";
 
 const CHARTS = [
   { title: "Reward", match: k => k.startsWith("reward/") && k !== "reward/std", eval: k => k === "reward/mean" },
@@ -18,6 +22,10 @@ const CHARTS = [
   { title: "Statuses per step", match: k => k.startsWith("status/") },
   { title: "Policy loss", match: k => k === "loss/policy" || k === "loss/value" },
   { title: "Tokens per trajectory", match: k => k === "traj/tokens" || k === "traj/model_tokens" },
+  { title: "System: CPU (% of one core)", match: k => k === "system/cpu_percent" },
+  { title: "System: memory (MB)", match: k => k === "system/rss_mb" || k === "system/gpu_mem_mb" || k === "system/gpu_mem_reserved_mb" },
+  { title: "System: GPU utilisation (%)", match: k => k === "system/gpu_util" },
+  { title: "System: host memory in use (%)", match: k => k === "system/host_mem_percent" },
 ];
 
 export async function runPage(app, runId, params) {
@@ -29,7 +37,7 @@ export async function runPage(app, runId, params) {
   const head = h("div", { class: "row" }, h("h1", { style: { margin: 0 } }, runId), statusEl,
     h("span", { class: "muted", id: "run-summary" }, summaryText(info.summary)), h("span", { class: "grow" }), actions);
   const link = t => `#/run/${encodeURIComponent(runId)}?tab=${t}`;
-  const tabs = h("div", { class: "tabs" }, [["metrics", "Live metrics"], ["traj", "Trajectories"], ["config", "Config"]]
+  const tabs = h("div", { class: "tabs" }, [["metrics", "Live metrics"], ["traj", "Trajectories"], ["changes", "What changed"], ["config", "Config"]]
     .map(([t, label]) => h("a", { href: link(t), class: t === tab ? "active" : "", id: `tab-${t}` }, label)));
   const body = h("div");
   app.append(head, tabs, body);
@@ -40,6 +48,7 @@ export async function runPage(app, runId, params) {
     // a failed run says why where it is seen (a launch that failed at start has nothing else to show)
     reasonEl.textContent = summary.status === "failed" && summary.status_reason ? summary.status_reason : "";
     reasonEl.style.display = reasonEl.textContent ? "" : "none";
+    if (summary.status === "running") actions.append(stopButton(runId));
     if (summary.status !== "running" && summary.steps_total && summary.steps_done < summary.steps_total) {
       actions.append(h("button", { id: "resume", onclick: () => resume(false) }, "Resume"));
     }
@@ -66,6 +75,10 @@ export async function runPage(app, runId, params) {
     body.append(h("div", { class: "panel" }, h("pre", { class: "mono" }, info.config || "(no config.yaml)")));
     return;
   }
+  if (tab === "changes") {
+    await changesTab(body, runId, info.steps, params);
+    return;
+  }
   if (tab === "traj") {
     await trajectoriesTab(body, runId, info.steps, params);
     return;
@@ -90,22 +103,29 @@ async function metricsTab(body, runId, info, setActions) {
   const note = h("div", { class: "muted", id: "metrics-note", style: { marginBottom: "8px" } });
   const anySel = h("select", { id: "any-metric" }, h("option", { value: "" }, "another metric…"));
   const anyChart = new LineChart("(pick a metric)", { onPick: pick });
-  body.append(note, grid, h("h2", {}, "Any metric"), h("div", { class: "row" }, anySel), h("div", { style: { maxWidth: "720px" } }, anyChart.el));
+  const bar = chartBar(() => [...charts.map(c => c.chart), anyChart]);
+  body.append(bar.el, note, grid, h("h2", {}, "Any metric"), h("div", { class: "row" }, anySel), h("div", { style: { maxWidth: "720px" } }, anyChart.el));
   const train = m.train, evals = m.eval;
-  const keys = Object.keys(train.values).sort();
+  const keys = Object.keys(train.values).filter(k => k !== "wall_time").sort();
+  // seconds since the run's first record, for the time axis (eval records: by their wall_time)
+  const times = { train: relativeTimes(train.values.wall_time, train.values["time/step_s"]), t0: null };
+  times.t0 = (train.values.wall_time || []).find(v => typeof v === "number") ?? null;
+  const evalTimes = times.t0 !== null && evals.values.wall_time ? evals.values.wall_time.map(v => typeof v === "number" ? v - times.t0 : null) : null;
+  const timeOf = r => typeof r.wall_time === "number" ? r.wall_time - (times.t0 ?? (times.t0 = r.wall_time)) : null;
   for (const k of keys) anySel.append(h("option", { value: k }, k));
   for (const { spec, chart } of charts) {
-    const series = keys.filter(spec.match).map(k => ({ name: k, steps: train.steps, values: train.values[k] }));
+    const series = keys.filter(spec.match).map(k => ({ name: k, steps: train.steps, values: train.values[k], times: times.train }));
     if (spec.eval) for (const k of Object.keys(evals.values).filter(spec.eval)) {
-      series.push({ name: `eval ${k}`, steps: evals.steps, values: evals.values[k], markers: true });
+      series.push({ name: `eval ${k}`, steps: evals.steps, values: evals.values[k], markers: true, times: evalTimes });
     }
+    bar.apply(chart);
     chart.setSeries(series);
     if (series.length) grid.append(chart.el);
   }
   anySel.addEventListener("change", () => {
     const k = anySel.value;
     anyChart.el.querySelector(".title span").textContent = k;
-    anyChart.setSeries(k ? [{ name: k, steps: train.steps, values: train.values[k] }] : []);
+    anyChart.setSeries(k ? [{ name: k, steps: train.steps, values: train.values[k], times: times.train }] : []);
   });
   const setNote = () => {
     note.textContent = train.sampled
@@ -118,19 +138,20 @@ async function metricsTab(body, runId, info, setActions) {
       if (kind === "train") {
         const n = train.steps.length;
         for (const k of Object.keys(r)) {
-          if (k === "step" || train.values[k]) continue;
+          if (k === "step" || k === "wall_time" || train.values[k]) continue;
           train.values[k] = new Array(n).fill(null);
           anySel.append(h("option", { value: k }, k));
         }
         train.steps.push(r.step);
+        if (times.train) times.train.push(timeOf(r));
         for (const k of Object.keys(train.values)) train.values[k].push(typeof r[k] === "number" ? r[k] : null);
-        if (anySel.value && typeof r[anySel.value] === "number") anyChart.append(anySel.value, r.step, r[anySel.value]);
+        if (anySel.value && typeof r[anySel.value] === "number") anyChart.append(anySel.value, r.step, r[anySel.value], {}, timeOf(r));
       }
       for (const { spec, chart } of charts) {
         for (const [k, v] of Object.entries(r)) {
           if (k === "step" || typeof v !== "number") continue;
-          if (kind === "train" && spec.match(k)) chart.append(k, r.step, v);
-          if (kind === "eval" && spec.eval && spec.eval(k)) chart.append(`eval ${k}`, r.step, v, { markers: true });
+          if (kind === "train" && spec.match(k)) chart.append(k, r.step, v, {}, timeOf(r));
+          if (kind === "eval" && spec.eval && spec.eval(k)) chart.append(`eval ${k}`, r.step, v, { markers: true }, timeOf(r));
         }
         if (chart.series.length && !chart.el.isConnected) grid.append(chart.el);
       }
