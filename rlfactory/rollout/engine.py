@@ -153,6 +153,14 @@ class RolloutEngine:
         return trajs, prompts
 
 
+def failed_trajectories(rows: list[dict[str, Any]], n: int, error: str) -> list[Trajectory]:
+    """What `run(rows, n)` gives when it cannot roll them out at all: the same ids and groups,
+    every trajectory `infra_error` with `error` and no segments (the trainer's stand-in for a
+    rollout that raised)."""
+    return [Trajectory(id=f"{group}-{j}", group=group, status="infra_error", error=error)
+            for group in group_names(rows) for j in range(n)]
+
+
 def group_names(rows: list[dict[str, Any]]) -> list[str]:
     """The group name of each row of one `RolloutEngine.run` call: the row's `id` (its index
     when it has none), with `#2`, `#3`, ... appended to a name met again."""

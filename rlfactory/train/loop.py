@@ -23,6 +23,7 @@ sharded policy, and the rollout model (the replica) gets the new weights after t
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from concurrent.futures import Executor
@@ -42,7 +43,7 @@ from rlfactory.algos.advantages import (
 from rlfactory.openmp import release_pool, released
 from rlfactory.rewards.base import score_all
 from rlfactory.rollout.build import pad_id_of
-from rlfactory.rollout.engine import group_names
+from rlfactory.rollout.engine import failed_trajectories, group_names
 from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, is_weight_stats
 from rlfactory.train.batch import collate, empty_batch, loss_tokens, row_shape
@@ -73,6 +74,12 @@ from rlfactory.train.runlog import RunLog
 from rlfactory.train.update import PolicyUpdate, UpdateData
 from rlfactory.train.weight_sync import make_weight_sync
 from rlfactory.trajectory import Trajectory
+
+
+log = logging.getLogger("rlfactory.train")
+
+MAX_FAILED_ROLLOUTS = 3
+"""Steps in a row whose rollout may raise before the run stops with that error."""
 
 
 @dataclass
@@ -138,6 +145,7 @@ class Trainer:
         self.sampler = PromptSampler(train_rows, tr.prompts_per_step, tr.seed)
         self.step_done = 0
         self.version = 0
+        self.failed_rollouts = 0  # steps in a row whose engine.run raised
         self.weights_step: int | None = 0
         """The step whose update the weights hold; None while an update changes them."""
         self.policy.eval()
@@ -164,13 +172,30 @@ class Trainer:
         seeds = [derive_seed(cfg.trainer.seed, step, "sampling", i) for i in range(len(all_rows))]
         # priority = step: with rollouts of several steps in flight (max_staleness >= 1), the older
         # one's turns go first (GenRequest.priority)
-        local = await self.engine.run(self.parallel.share(all_rows), algo.group_size, policy_version=self.version,
-                                      seeds=self.parallel.share(seeds), priority=step)
+        try:
+            local = await self.engine.run(self.parallel.share(all_rows), algo.group_size, policy_version=self.version,
+                                          seeds=self.parallel.share(seeds), priority=step)
+            self.failed_rollouts = 0
+        except Exception as e:  # a rollout bug, not one trajectory's failure (that is its status)
+            local = self._failed_rollout(step, self.parallel.share(all_rows), e)
         if self.parallel.world_size > 1:  # name groups and ids as one process would (unique over ranks)
             _rename_groups(local, self.parallel.share(group_names(all_rows)), algo.group_size)
         if sync_weights:
             self._release_generation_memory()
         return StepRollout(local, t0, time.perf_counter() - t0, synced)
+
+    def _failed_rollout(self, step: int, rows: list[dict], error: Exception) -> list[Trajectory]:
+        """The step's trajectories when `engine.run` raised: infra_error, unscored and out of the
+        loss, so the step goes on (as one trajectory's failure would); logged with the traceback.
+        The MAX_FAILED_ROLLOUTS-th such step in a row raises: the rollout is broken, not unlucky."""
+        self.failed_rollouts += 1
+        if self.failed_rollouts >= MAX_FAILED_ROLLOUTS:
+            raise error
+        why = f"the rollout raised {type(error).__name__}: {error}"[:1000]
+        log.error("step %d: %s; its %d trajectories are infra_error (left out of the loss) and the run goes on "
+                  "(%d such steps in a row stop it)", step, why, len(rows) * self.cfg.algo.group_size,
+                  MAX_FAILED_ROLLOUTS, exc_info=error)
+        return failed_trajectories(rows, self.cfg.algo.group_size, why)
 
     def _release_generation_memory(self) -> None:
         """Synchronous steps: free the local generator's decode cache before training (it keeps it
