@@ -14,8 +14,15 @@ Two modes, chosen by name (`mode`; the code env's `sandbox` option):
   environment, a few files of `/etc`): no home directories, no repository, no host `/tmp`;
 - its own writable `/tmp` (cwd, HOME, TMPDIR), a tmpfs of `max_disk_mb`, and a 4 MiB `/dev/shm`;
   everything else is read-only; nothing is written on the host;
-- rlimits: address space (`memory_mb`, MemoryError past it), CPU seconds, file size
+- rlimits: address space (`memory_mb` per process, MemoryError past it), CPU seconds, file size
   (`max_file_mb`), processes and threads (`max_processes`), no core dumps;
+- `memory_mb` for all its processes together: a cgroup of its own per call (v2, or v1's memory and
+  pids hierarchies; rlfactory.envs.sandbox_cgroup), inside the trainer's cgroup, limited to
+  `memory_mb` plus what its tmpfs may hold (`max_disk_mb` + 4 MiB: tmpfs files are memory). Past it
+  the kernel's OOM killer acts inside that cgroup only, and the whole sandbox is killed: the result
+  says so (`killed`, "out of memory: ..."), the trainer is untouched. Where no cgroup can be made,
+  `memory_mb` is split into 128 MB shares: bwrap and each of at most `memory_mb` / 128 - 1
+  processes or threads (`max_processes` if lower) get one, so the sum still holds;
 - an environment of its own (PATH, HOME, TMPDIR, locale, one BLAS thread): none of the trainer's
   variables (secrets) reach it;
 - a kill of everything it started: the program is the child of the namespace's init; when the
@@ -29,11 +36,13 @@ process in time, not in share; the number of (empty) files in `/tmp` is bounded 
 
 Where `bwrap` is missing or the kernel refuses the namespaces, `strict` refuses to run anything
 (`SandboxUnavailable`, one line naming the cause). `weak` must be chosen by name: a `python -I`
-process with the same rlimits (except processes), a minimal environment, a fresh temp dir and a
-process-group kill, plus a network namespace where the kernel allows one. It is not a security
-boundary: the program can read what the trainer's user can read, see and signal its processes,
-write where that user can, and keep a `setsid` child alive. `check_sandbox("weak")` prints one
-warning line saying so.
+process with the same rlimits, a minimal environment, a fresh temp dir, the per-call cgroup where
+one can be made, a supervisor that kills everything the program left behind (`setsid` children
+holding stdout included) before the call returns, and where the kernel allows them a network
+namespace and a mount namespace in which all but its temp dir is read-only (rlfactory.envs.sandbox_weak).
+It is not a security boundary: the program can read what the trainer's user can read and see and
+signal its processes. `check_sandbox("weak")` prints one warning line saying so and what holds here
+(files read-only or writable, network, memory).
 
 Output kept: the first `max_output_chars` of stdout, the last of stderr (the traceback end).
 """
@@ -42,76 +51,36 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ctypes
 import functools
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-from dataclasses import dataclass
 
 from rlfactory.config import ConfigError
-from rlfactory.envs.sandbox_bwrap import bwrap_command, enter_layout, sandbox_layout
+from rlfactory.envs.sandbox_bwrap import SHM_BYTES, bwrap_command, enter_layout, sandbox_layout
+from rlfactory.envs.sandbox_proc import (RUN_PROGRAM, SANDBOX_ENV, SandboxResult, kill_group, make_budget, rlimits,
+                                         set_rlimits, supervise)
+from rlfactory.envs.sandbox_weak import arun_weak, weak_summary
+
+__all__ = ["SANDBOX_MODES", "SandboxResult", "SandboxUnavailable", "arun_python", "check_sandbox", "run_python",
+           "sandbox_support"]
 
 SANDBOX_MODES = ("strict", "weak")
 BWRAP = "bwrap"  # looked up on PATH
-_CLONE_NEWNET, _CLONE_NEWUSER = 0x40000000, 0x10000000
-_SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
 _BOOTSTRAP = """
 import sys
 if {nproc}:
     import resource
     resource.setrlimit(resource.RLIMIT_NPROC, ({nproc}, {nproc}))
-_src = open("main.py", encoding="utf-8").read()
-_g = {{"__name__": "__main__", "__file__": "main.py", "__builtins__": __builtins__}}
-del sys.argv[1:]
-try:
-    exec(compile(_src, "main.py", "exec"), _g)
-except SystemExit:
-    raise
-except BaseException as _e:  # print the traceback without this bootstrap's frame
-    import traceback
-    traceback.print_exception(type(_e), _e, _e.__traceback__.tb_next)
-    sys.exit(1)
-"""
+""" + RUN_PROGRAM
 
 
 class SandboxUnavailable(ConfigError):
     """The strict sandbox cannot run on this machine (the message names the cause and the opt-out,
     `env.options.sandbox: weak`); a ConfigError, so the CLI prints it as one line."""
-
-
-@dataclass
-class SandboxResult:
-    stdout: str
-    stderr: str
-    exit_code: int | None  # None when killed for time; strict mode: 128 + N when killed by signal N
-    timed_out: bool
-    timeout_s: float
-    truncated: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return not self.timed_out and self.exit_code == 0
-
-    def text(self) -> str:
-        """What the model reads: stdout, then stderr and the exit status when there is any."""
-        parts = []
-        if self.stdout:
-            parts.append(self.stdout.rstrip("\n"))
-        if self.stderr:
-            parts.append("stderr:\n" + self.stderr.rstrip("\n"))
-        if self.timed_out:
-            parts.append(f"error: timed out after {self.timeout_s:g} s (killed)")
-        elif self.exit_code != 0:
-            parts.append(f"exit status: {self.exit_code}")
-        return "\n".join(parts) if parts else "(no output)"
 
 
 @functools.lru_cache(maxsize=None)
@@ -151,11 +120,9 @@ def check_sandbox(mode: str) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _warn_weak() -> None:
-    net = "blocked (network namespace)" if _weak_netns() else "OPEN"
-    print(f"rlfactory: WARNING: sandbox: weak: model-written code runs WITHOUT isolation: it can read and "
-          f"write what this user can, see and signal this user's processes, and leave processes behind; "
-          f"network: {net}. Use sandbox: strict where bubblewrap and namespaces are available.",
-          file=sys.stderr, flush=True)
+    print(f"rlfactory: WARNING: sandbox: weak: model-written code runs WITHOUT isolation: it can read what "
+          f"this user can and see and signal this user's processes; {weak_summary()}. Use sandbox: strict "
+          f"where bubblewrap and namespaces are available.", file=sys.stderr, flush=True)
 
 
 async def arun_python(code: str, *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 4000,
@@ -171,8 +138,8 @@ async def arun_python(code: str, *, timeout_s: float = 5.0, memory_mb: int = 512
                                   max_file_mb=max_file_mb, max_disk_mb=max_disk_mb, max_processes=max_processes,
                                   stdin=stdin)
     if mode == "weak":
-        return await _arun_weak(code, timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars,
-                                max_file_mb=max_file_mb, stdin=stdin)
+        return await arun_weak(code, timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars,
+                               max_file_mb=max_file_mb, max_processes=max_processes, stdin=stdin)
     raise ValueError(f"sandbox mode {mode!r}: expected one of {SANDBOX_MODES}")
 
 
@@ -190,18 +157,6 @@ def _run_sync(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
-def _rlimits(memory_mb: int, timeout_s: float, max_file_mb: int) -> list[tuple[int, int]]:
-    cpu = int(timeout_s) + 1
-    return [(resource.RLIMIT_AS, memory_mb * 2**20), (resource.RLIMIT_CPU, cpu),
-            (resource.RLIMIT_FSIZE, max_file_mb * 2**20), (resource.RLIMIT_CORE, 0)]
-
-
-def _set_rlimits(limits: list[tuple[int, int]]) -> None:
-    for which, value in limits:
-        hard = value + 1 if which == resource.RLIMIT_CPU else value  # SIGXCPU first, then SIGKILL
-        resource.setrlimit(which, (value, hard))
-
-
 async def _arun_strict(code: str, *, timeout_s: float, memory_mb: int, max_output_chars: int, max_file_mb: int,
                        max_disk_mb: int, max_processes: int, stdin: str) -> SandboxResult:
     code_fd = os.memfd_create("main.py", os.MFD_CLOEXEC)
@@ -212,23 +167,32 @@ async def _arun_strict(code: str, *, timeout_s: float, memory_mb: int, max_outpu
         layout = sandbox_layout(run_as_root=os.geteuid() == 0)
         argv = bwrap_command(shutil.which(BWRAP) or BWRAP, layout, code_fd=code_fd, info_fd=info_w,
                              disk_bytes=max_disk_mb * 2**20)
-        argv += [sys.executable, "-I", "-B", "-X", "utf8", "-c", _BOOTSTRAP.format(nproc=int(max_processes))]
-        limits = _rlimits(memory_mb, timeout_s, max_file_mb)
+        budget = make_budget(memory_mb, max_processes, max_disk_mb + SHM_BYTES // 2**20, count_processes=True)
+        argv += [sys.executable, "-I", "-B", "-X", "utf8", "-c", _BOOTSTRAP.format(nproc=budget.max_processes)]
+        limits = rlimits(budget.memory_mb_each, timeout_s, max_file_mb)
 
         def preexec() -> None:  # in the child between fork and exec
+            if budget.cgroup is not None:
+                budget.cgroup.join()  # first: enter_layout hides /sys and drops root
             enter_layout(layout)
-            _set_rlimits(limits)
+            set_rlimits(limits)
 
-        proc = await asyncio.create_subprocess_exec(
-            *argv, env=dict(_SANDBOX_ENV, HOME="/tmp", TMPDIR="/tmp"), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=preexec,
-            pass_fds=(code_fd, info_w), start_new_session=True)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, env=dict(SANDBOX_ENV, HOME="/tmp", TMPDIR="/tmp"), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=preexec,
+                pass_fds=(code_fd, info_w), start_new_session=True)
+        except BaseException:
+            if budget.cgroup is not None:
+                budget.cgroup.remove()
+            raise
     finally:
         os.close(code_fd)
         os.close(info_w)
     init = asyncio.ensure_future(_namespace_init(info_r))
     try:
-        return await _supervise(proc, stdin, timeout_s, max_output_chars, kill=lambda: _end_namespace(proc, init))
+        return await supervise(proc, stdin, timeout_s, max_output_chars, kill=lambda: _end_namespace(proc, init),
+                               budget=budget)
     finally:
         init.cancel()
         os.close(info_r)
@@ -287,7 +251,7 @@ async def _end_namespace(proc: asyncio.subprocess.Process, init: asyncio.Future)
                 except asyncio.TimeoutError:
                     pass
             if proc.returncode is None:
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
         await proc.wait()
         if pidfd is not None:
             await asyncio.wait_for(_readable(pidfd), 10.0)
@@ -296,99 +260,3 @@ async def _end_namespace(proc: asyncio.subprocess.Process, init: asyncio.Future)
             os.close(pidfd)
 
 
-async def _arun_weak(code: str, *, timeout_s: float, memory_mb: int, max_output_chars: int, max_file_mb: int,
-                     stdin: str) -> SandboxResult:
-    workdir = tempfile.mkdtemp(prefix="rlfactory-sandbox-")
-    try:
-        with open(os.path.join(workdir, "main.py"), "w", encoding="utf-8") as f:
-            f.write(code)
-        limits, netns = _rlimits(memory_mb, timeout_s, max_file_mb), _weak_netns()
-
-        def preexec() -> None:
-            if netns:
-                _unshare(netns)
-            _set_rlimits(limits)
-
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-X", "utf8", "-c", _BOOTSTRAP.format(nproc=0),
-            cwd=workdir, env=dict(_SANDBOX_ENV, HOME=workdir, TMPDIR=workdir), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=preexec,
-            start_new_session=True)
-
-        async def kill() -> None:
-            _kill_group(proc.pid)
-            await proc.wait()
-
-        return await _supervise(proc, stdin, timeout_s, max_output_chars, kill=kill)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-async def _supervise(proc: asyncio.subprocess.Process, stdin: str, timeout_s: float, max_output_chars: int,
-                     kill) -> SandboxResult:
-    """Feed stdin, wait up to `timeout_s`, run `kill()` (always: it also ends leftovers), collect output."""
-    limit = max_output_chars * 4  # bytes; decoded and cut to characters below
-    readers = asyncio.gather(_read_capped(proc.stdout, limit, False), _read_capped(proc.stderr, limit, True))
-    try:
-        proc.stdin.write(stdin.encode())
-        await proc.stdin.drain()
-        proc.stdin.close()
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    timed_out = False
-    try:
-        await asyncio.wait_for(proc.wait(), timeout_s)
-    except asyncio.TimeoutError:
-        timed_out = True
-    finally:
-        await kill()
-    try:  # in weak mode a process that left the group could hold the pipes open: do not wait for it
-        (out, out_cut), (err, err_cut) = await asyncio.wait_for(readers, 5.0)
-    except asyncio.TimeoutError:
-        (out, out_cut), (err, err_cut) = (b"", True), (b"output lost: the pipes stayed open", True)
-    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-    truncated = out_cut or err_cut or len(stdout) > max_output_chars or len(stderr) > max_output_chars
-    return SandboxResult(stdout=stdout[:max_output_chars], stderr=stderr[-max_output_chars:],
-                         exit_code=None if timed_out else proc.returncode, timed_out=timed_out, timeout_s=timeout_s,
-                         truncated=truncated)
-
-
-async def _read_capped(stream: asyncio.StreamReader, limit: int, keep_tail: bool) -> tuple[bytes, bool]:
-    """Drain `stream`, keeping the first (or last) `limit` bytes; never holds more than 2 * limit."""
-    buf = bytearray()
-    truncated = False
-    while chunk := await stream.read(65536):
-        buf += chunk
-        if len(buf) > limit:
-            truncated = True
-            buf = buf[-limit:] if keep_tail else buf[:limit]
-    return bytes(buf), truncated
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _unshare(flags: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(flags) != 0:
-        raise OSError(ctypes.get_errno(), "unshare failed")
-
-
-@functools.lru_cache(maxsize=1)
-def _weak_netns() -> int:
-    """The unshare flags that give the weak sandbox a network namespace here, or 0 when none can."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    for flags in (_CLONE_NEWNET, _CLONE_NEWUSER | _CLONE_NEWNET):
-        try:
-            r = subprocess.run([sys.executable, "-I", "-c", "pass"], preexec_fn=functools.partial(_unshare, flags),
-                               capture_output=True, timeout=30)
-            if r.returncode == 0:
-                return flags
-        except (OSError, subprocess.SubprocessError):
-            continue
-    return 0

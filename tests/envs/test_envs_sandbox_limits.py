@@ -1,0 +1,168 @@
+"""The sandbox's limits in aggregate (memory of all its processes together) and the weak mode's
+confinement, with real sandboxes running real programs. The memory attacks run from a separate
+"trainer" process, so that an OOM kill reaching past the sandbox would show as a dead trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+import rlfactory
+from rlfactory.envs import sandbox_proc, sandbox_weak
+from rlfactory.envs.sandbox import run_python
+from rlfactory.envs.sandbox_cgroup import CgroupHome, cgroup_home
+
+HAVE_CGROUP = isinstance(cgroup_home(), CgroupHome)
+
+TRAINER = """
+import json, sys
+from rlfactory.envs.sandbox import run_python
+code, kwargs = json.loads(sys.stdin.read())
+r = run_python(code, **kwargs)
+print(json.dumps({"stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code, "killed": r.killed,
+                  "timed_out": r.timed_out}), flush=True)
+"""
+
+
+def run_in_trainer(code: str, **kwargs) -> tuple[int, dict | None, str]:
+    p = subprocess.run([sys.executable, "-c", TRAINER], input=json.dumps([code, kwargs]), text=True,
+                       capture_output=True, timeout=120)
+    return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else None), p.stderr[-2000:]
+
+
+def host_pids_with(token: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if token.encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.fixture()
+def token():
+    tok = f"rlf-sandbox-limits-{uuid.uuid4().hex}"
+    yield tok
+    for pid in host_pids_with(tok):  # survivors are a failure (asserted in the tests); do not leave them
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture()
+def no_cgroup(monkeypatch):
+    """This machine as one where no cgroup can be made (a user without delegation)."""
+    monkeypatch.setattr(sandbox_proc, "cgroup_home", lambda: "no cgroup (test)")
+
+
+def forks_of(token: str, n: int, mb: int) -> str:
+    """A program that starts `n` processes (argv marked with `token`) each touching `mb` MB, then waits."""
+    child = (f"b = bytearray({mb} * 2 ** 20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\n"
+             "print('full', flush=True)\nimport time\ntime.sleep(60)")
+    return textwrap.dedent(f"""
+        import subprocess, sys
+        kids = []
+        for _ in range({n}):
+            try:
+                kids.append(subprocess.Popen([sys.executable, '-c', {child!r}, {token!r}]))
+            except OSError as e:
+                print('start failed:', e.strerror, flush=True)
+        print('started', len(kids), flush=True)
+        print('exits', sorted(k.wait() for k in kids), flush=True)
+    """)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_CGROUP, reason=f"no cgroup can be made here: {cgroup_home()}")
+@pytest.mark.parametrize("mode", ["strict", "weak"])
+def test_forks_past_the_memory_budget_kill_the_whole_sandbox_not_the_trainer(token, mode):
+    """6 processes x 400 MB with memory_mb=512: each is under its rlimit, together far over. The
+    sandbox's cgroup runs out of memory; every process of it is killed, the trainer lives on."""
+    rc, r, err = run_in_trainer(forks_of(token, 6, 400), memory_mb=512, timeout_s=60.0, mode=mode)
+    assert rc == 0 and r is not None, f"the trainer died ({rc}): {err}"
+    assert r["killed"] and r["killed"].startswith("out of memory: its processes together passed memory_mb=512"), r
+    assert not r["timed_out"] and "exits" not in r["stdout"], r  # killed before its children ended
+    assert host_pids_with(token) == []
+
+
+@pytest.mark.slow
+def test_without_a_cgroup_the_limit_is_split_among_fewer_processes(token, no_cgroup):
+    """No cgroup: memory_mb=512 becomes 4 shares of 128 MB (bwrap, and 3 processes or threads in the
+    sandbox: its init, the program, one more), so six 400 MB processes cannot happen."""
+    r = run_python(forks_of(token, 6, 400), memory_mb=512, timeout_s=60.0)
+    assert r.stdout.count("start failed: Resource temporarily unavailable") == 5, r.text()
+    assert "exits [1]" in r.stdout and "MemoryError" in r.stderr and r.killed is None, r.text()
+    r = run_python("b = bytearray(100 * 2 ** 20)\nprint(len(b))", memory_mb=512)
+    assert r.ok and r.stdout == f"{100 * 2 ** 20}\n", r.text()  # one share is still usable
+    assert host_pids_with(token) == []
+
+
+def test_a_killed_sandbox_says_why():
+    r = sandbox_proc.SandboxResult("", "", 137, False, 5.0, killed="out of memory: x")
+    assert not r.ok and r.text() == "error: killed: out of memory: x"
+
+
+# --- the weak mode ---------------------------------------------------------------------------------
+
+
+def test_weak_mode_cannot_write_the_venv_the_checkout_or_the_cache(capsys):
+    """Where a mount namespace can be made the weak sandbox writes only its temp dir; where not,
+    its warning says plainly that it can write them."""
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(rlfactory.__file__)))
+    places = [sys.prefix, checkout, os.path.expanduser("~/.cache"), "/tmp", "."]
+    name = f"rlf-weak-write-{uuid.uuid4().hex}"
+    code = "\n".join(f"try:\n    open({os.path.join(p, name)!r}, 'w').write('x')\n    print('wrote')\n"
+                     f"except OSError as e:\n    print(e.strerror)" for p in places)
+    try:
+        r = run_python(code, mode="weak")
+        written = [p for p in places[:-1] if os.path.exists(os.path.join(p, name))]
+    finally:
+        for p in places[:-1]:
+            if os.path.exists(os.path.join(p, name)):
+                os.remove(os.path.join(p, name))
+    if sandbox_weak.weak_confinement() & sandbox_weak._CLONE_NEWNS:
+        assert r.stdout.splitlines() == ["Read-only file system"] * 4 + ["wrote"] and written == [], r.text()
+    else:
+        assert "it can WRITE what this user can (the virtual environment, the checkout" in sandbox_weak.weak_summary()
+
+
+def test_weak_mode_multiprocessing_still_works():
+    """Its own /dev/shm (the host's is read-only there): a multiprocessing pool needs one."""
+    r = run_python("import multiprocessing\nwith multiprocessing.Pool(2) as p:\n    print(p.map(abs, [-1, -2]))",
+                   mode="weak", timeout_s=20.0)
+    assert r.ok and r.stdout == "[1, 2]\n", r.text()
+
+
+@pytest.mark.parametrize("ending", ["exits", "times out"])
+@pytest.mark.parametrize("cgroup", ["cgroup", "no cgroup"])
+def test_weak_mode_kills_a_setsid_child_that_holds_stdout(token, ending, cgroup, request):
+    """Before: the call waited for the pipes 5 s more and the child lived on."""
+    if cgroup == "no cgroup":
+        request.getfixturevalue("no_cgroup")
+    elif not HAVE_CGROUP:
+        pytest.skip(f"no cgroup can be made here: {cgroup_home()}")
+    code = textwrap.dedent(f"""
+        import subprocess, sys
+        subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {token!r}], start_new_session=True)
+        print('started', flush=True)
+    """) + ("while True:\n    pass\n" if ending == "times out" else "")
+    t0 = time.monotonic()
+    r = run_python(code, mode="weak", timeout_s=2.0)
+    took = time.monotonic() - t0
+    assert r.stdout == "started\n" and r.timed_out == (ending == "times out"), r.text()
+    assert "output lost" not in r.stderr and took < 2.0 + 1.5, (took, r.text())
+    assert host_pids_with(token) == []  # gone when run_python returns, without waiting
+
+
+def test_weak_mode_reports_a_signal_as_in_strict_mode():
+    r = run_python("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", mode="weak")
+    assert r.exit_code == 128 + 9 and r.text() == "exit status: 137"
