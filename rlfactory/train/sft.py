@@ -62,12 +62,43 @@ def demo_to_trajectory(messages: list[dict[str, Any]], tool_manager: Any, tools:
     return Trajectory(id=demo_id, group=demo_id, segments=segments, turns=turns)
 
 
-def write_demonstrations(env: Any, tool_manager: Any, tools: Sequence[ToolSpec], n: int) -> list[Trajectory]:
+def demo_calls(messages: list[dict[str, Any]]) -> list[ToolCall]:
+    """The tool calls of a demonstration's assistant turns, in order."""
+    return [ToolCall(c["function"]["name"], _arguments(c["function"].get("arguments")))
+            for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+
+
+def demo_problem(calls: Sequence[ToolCall], tools: Sequence[ToolSpec]) -> str | None:
+    """Why a demonstration's calls are not calls the model could make with `tools` (a tool name
+    they do not include, arguments the tool's schema refuses), or None."""
+    from rlfactory.config import did_you_mean
+    from rlfactory.tools.validation import ArgumentValidator
+
+    by_name = {t.name: t for t in tools}
+    for call in calls:
+        spec = by_name.get(call.name)
+        if spec is None:
+            return (f"calls tool {call.name!r}, which the run's tools do not include{did_you_mean(call.name, by_name)} "
+                    f"(tools: {', '.join(by_name) or 'none'})")
+        validator = ArgumentValidator.for_schema(spec.name, spec.parameters)
+        problem = validator.error(call.arguments) if validator is not None else None
+        if problem is not None:
+            return f"calls {call.name!r} with arguments its schema refuses: {problem}"
+    return None
+
+
+def write_demonstrations(env: Any, tool_manager: Any, tools: Sequence[ToolSpec], n: int,
+                         env_label: str | None = None) -> list[Trajectory]:
     """`n` demonstrations from the env's train split (rows cycled), skipping rows the solver cannot
-    solve (it raises ValueError/RuntimeError for those)."""
+    solve (it raises ValueError/RuntimeError for those). A demonstration that calls a tool the run
+    does not have, or with arguments its schema refuses, is a ConfigError naming the row: the
+    model would be taught calls that can only fail."""
+    from rlfactory.config import ConfigError
+
+    label = env_label or getattr(env, "name", "env")
     rows = env.load_split("train")
     if not rows:
-        raise ValueError(f"env {env.name!r}: empty train split, nothing to demonstrate")
+        raise ValueError(f"env {label!r}: empty train split, nothing to demonstrate")
     demos: list[Trajectory] = []
     skipped = 0
     for k in range(n):
@@ -77,6 +108,10 @@ def write_demonstrations(env: Any, tool_manager: Any, tools: Sequence[ToolSpec],
         except (ValueError, RuntimeError):
             skipped += 1
             continue
+        problem = demo_problem(demo_calls(messages), tools)
+        if problem is not None:
+            ident = f" (id {row['id']!r})" if isinstance(row, dict) and "id" in row else ""
+            raise ConfigError(f"env {label!r}: solve() of train row {k % len(rows)}{ident} {problem}")
         demos.append(demo_to_trajectory(messages, tool_manager, tools, demo_id=f"demo-{k}"))
     if not demos:
         raise ValueError(f"env {env.name!r}: the solver could not solve any of {n} rows")

@@ -32,3 +32,7 @@ class SftConfig(Section):
     with `model.path=<out>/model`), the per-step metrics to `<out>/sft_metrics.jsonl`."""
     bf16: bool = False
     """bfloat16 autocast for the forward passes."""
+    check_rows: int = 32
+    """After training: roll out this many rows of the test split greedily and compare the model's
+    tool calls with the demonstrator's (format, calls matched by name and arguments, calls that
+    succeeded), printed with advice where they are low and saved to `<out>/warm_start.json`; 0: skip."""
