@@ -15,9 +15,11 @@ The reader reads the pipe in chunks and holds at most `max_result_bytes` of one 
 of a longer line is read and dropped as it arrives, and the call it answers (its id is found at
 either end of the line) fails with `ResultTooLarge`, so a flood never fills memory, never delays
 the other calls' answers by more than reading it, and never holds the event loop to parse it. A
-result whose content blocks include a kind this client does not know keeps the blocks it does
-know, with a marker in place of each other one. Every message from the server sets `last_heard`;
-`ping()` asks a silent server for a sign of life.
+line nested deeper than `MAX_MESSAGE_DEPTH`, or not JSON at all, fails the call whose id it carries
+at once (others are counted as garbage), and bytes that are not UTF-8 are read as U+FFFD: the
+session reads on either way. A result whose content blocks include a kind this client does not
+know keeps the blocks it does know, with a marker in place of each other one. Every message from
+the server sets `last_heard`; `ping()` asks a silent server for a sign of life.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import pydantic
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
 from rlfactory import __version__
+from rlfactory.text import nesting_depth
 from rlfactory.tools.stdio import StdioProcess
 from rlfactory.tools.validation import ArgumentValidator
 
@@ -70,12 +73,20 @@ class ResultTooLarge(RuntimeError):
 
 
 DEFAULT_MAX_RESULT_BYTES = 4 << 20
+MAX_MESSAGE_DEPTH = 100
+"""Nested arrays/objects a server's message may have: a deeper answer fails its call at once, and
+the session reads on (Python's own JSON decoder gives up near 1,000 levels with a RecursionError)."""
 _CHUNK = 1 << 18
 _ENDS = 4096  # bytes kept of each end of an oversized line, to find its id
 _ID = r'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")'
 _ID_AT_START = re.compile(rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?' + _ID.encode())
 _ID_AT_END = re.compile(_ID.encode() + rb'\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z')
 _BLOCK: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(mcp_types.ContentBlock)
+
+
+def _max_brackets(text: str) -> int:
+    """An upper bound on the nesting depth of `text` (cheap: two C-level counts)."""
+    return text.count("[") + text.count("{")
 
 
 class _Oversized:
@@ -231,7 +242,10 @@ class StdioSession:
         """Queue a message on stdin without waiting; a write to a dead server is `ConnectionLost`."""
         stdin = self.process.process.stdin
         assert stdin is not None
-        data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        try:
+            data = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate: ASCII JSON escapes it
+            data = json.dumps(msg, separators=(",", ":")).encode() + b"\n"
         try:
             if stdin.is_closing():
                 raise ConnectionLost(f"the stdin of MCP server {self.name!r} is closed")
@@ -297,15 +311,37 @@ class StdioSession:
             self._fail_all(why)
 
     def _receive(self, line: bytes) -> None:
+        # Bytes that are not UTF-8 (inside a result's text, say) become U+FFFD instead of making
+        # the whole answer garbage that its call would wait its full timeout for.
+        text = line.decode("utf-8", "replace")
         try:
-            msg = json.loads(line)
-        except ValueError:  # also not UTF-8
-            msg = None
+            msg = json.loads(text)
+        except RecursionError:  # nested past what Python's stack allows
+            return self._refuse(line, f"is nested deeper than {MAX_MESSAGE_DEPTH} levels")
+        except ValueError:
+            if text.strip():
+                self._refuse(line, "is not valid JSON")
+            return
+        if _max_brackets(text) > MAX_MESSAGE_DEPTH and nesting_depth(msg) > MAX_MESSAGE_DEPTH:
+            return self._refuse(line, f"is nested deeper than {MAX_MESSAGE_DEPTH} levels")
         if isinstance(msg, list):  # a JSON-RPC batch (protocol 2025-03-26)
             for m in msg:
                 self._dispatch(m, line)
-        elif line.strip():
+        else:
             self._dispatch(msg, line)
+
+    def _refuse(self, line: bytes, why: str) -> None:
+        """A line that cannot be taken: fail the call it answers at once, when its id is at either
+        end of the line as JSON-RPC writes it; otherwise it is garbage (a stray print)."""
+        rid = _Oversized(line).request_id()
+        fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
+        if fut is None:
+            self.process.garbage_lines += 1
+            log.debug("MCP server %s wrote a line that %s: %.200r", self.name, why, line)
+            return
+        self.last_heard = time.monotonic()
+        if not fut.done():
+            fut.set_exception(InvalidResult(f"the server's answer {why}"))
 
     def _drop(self, over: _Oversized) -> None:
         """An answer too long to take: fail the call it answers (when its id can be found)."""

@@ -32,6 +32,7 @@ def test_handshake_and_a_paged_tool_list():
         names = [s.name for s in r.specs()]
         assert names == [
             "echo_back", "handshake", "ask_client", "rich", "bad_output", "rpc_error", "slow", "cancelled", "mixed", "flood",
+            "deep", "bad_utf8", "garbled", "surrogate",
         ]
         said = json.loads((await r.call(ToolCall("handshake"))).text)
         assert said["initialized"] is True  # notifications/initialized came after the answer
@@ -97,6 +98,33 @@ def test_an_answer_over_max_result_bytes_with_its_id_last_fails_only_its_call():
         assert r.connections["wire"].process.garbage_lines == 0
 
     run_wire(check, ToolsConfig(max_result_bytes=100_000))
+
+
+def test_hostile_answers_fail_their_own_call_at_once_and_the_session_lives_on():
+    async def check(r):
+        pid = r.server_pids()["wire"]
+        t0 = time.monotonic()
+        deep, deeper, bad, garbled, surrogate, echo = await r.run([
+            ToolCall("deep", {"depth": 100_000}),  # 200 KB: past Python's own recursion limit
+            ToolCall("deep", {"depth": 150}),  # parses, but past MAX_MESSAGE_DEPTH
+            ToolCall("bad_utf8"),
+            ToolCall("garbled"),
+            ToolCall("surrogate"),
+            ToolCall("echo_back", {"text": "meanwhile"}),
+        ])
+        assert time.monotonic() - t0 < 2.0  # none waited for its 5 s timeout
+        for res in (deep, deeper):
+            assert res.status == ERROR and "the server's answer is nested deeper than 100 levels" in res.text
+        assert bad.status == OK and bad.text == "caf\u00e9 \ufffd\ufffd \ufffd end"
+        assert garbled.status == ERROR and "the server's answer is not valid JSON" in garbled.text
+        assert surrogate.status == OK and surrogate.text == "half \ufffd here" and surrogate.replaced_chars == 1
+        assert echo.text == "meanwhile"
+        # the same process and session still answer: nothing was restarted
+        assert (await r.call(ToolCall("deep", {"depth": 20}))).status == OK
+        assert (await r.call(ToolCall("echo_back", {"text": "after"}))).text == "after"
+        assert r.server_pids()["wire"] == pid and r.connections["wire"].process.garbage_lines == 0
+
+    run_wire(check, ToolsConfig(timeout_s=5))
 
 
 def test_a_call_that_times_out_is_cancelled_on_the_server():

@@ -31,6 +31,10 @@ PAGES = [
         {"name": "cancelled", "description": "Request ids cancelled so far.", "inputSchema": {"type": "object"}},
         {"name": "mixed", "description": "A text block and a kind of block no client knows.", "inputSchema": {"type": "object"}},
         {"name": "flood", "description": "A text of `size` bytes, id last.", "inputSchema": {"type": "object"}},
+        {"name": "deep", "description": "An answer nested `depth` levels deep.", "inputSchema": {"type": "object"}},
+        {"name": "bad_utf8", "description": "A text with bytes that are not UTF-8.", "inputSchema": {"type": "object"}},
+        {"name": "garbled", "description": "An answer that is not JSON, its id first.", "inputSchema": {"type": "object"}},
+        {"name": "surrogate", "description": "A text with a lone surrogate escape.", "inputSchema": {"type": "object"}},
     ],
 ]
 
@@ -93,6 +97,18 @@ class WireServer:
                 {"type": "hologram", "frames": ["x" * 100] * 20},
                 {"type": "text", "text": "after it"},
             ]})
+        elif name == "deep":  # a hostile server: 2 bytes per level
+            n = args.get("depth", 100_000)
+            head = '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"x"}],"structuredContent":{"a":'
+            self.writer.write((head % json.dumps(rid) + "[" * n + "]" * n + "}}}\n").encode())
+        elif name == "bad_utf8":
+            self.writer.write(b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode()
+                              + b',"result":{"content":[{"type":"text","text":"caf\xc3\xa9 \xff\xfe \xc3 end"}]}}\n')
+        elif name == "garbled":
+            self.writer.write(b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode() + b',"result":{"content":[oops\n')
+        elif name == "surrogate":  # what a server reading a corpus with half an emoji sends
+            self.writer.write(b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode()
+                              + b',"result":{"content":[{"type":"text","text":"half \\ud83d here"}]}}\n')
         elif name == "flood":
             body = {"content": [{"type": "text", "text": "y" * args.get("size", 10)}], "isError": False}
             self.writer.write(json.dumps({"result": body, "jsonrpc": "2.0", "id": rid}).encode() + b"\n")
