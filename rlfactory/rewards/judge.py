@@ -10,6 +10,7 @@ caches verdicts in memory keyed by the prompt.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import threading
@@ -20,6 +21,7 @@ import httpx
 
 from rlfactory.rewards.base import RewardScore, require_scorable
 from rlfactory.rewards.text import AnswerExtractor, question_of, references_of, tagged_answer
+from rlfactory.text import valid_text
 from rlfactory.trajectory import Trajectory
 
 DEFAULT_TEMPLATE = """You are grading an answer to a question against a reference answer.
@@ -139,9 +141,9 @@ class OpenAIJudge:
                 elif resp.status_code >= 400:
                     raise JudgeError(f"judge at {self.url} answered {resp.status_code}: {resp.text[:200]}")
                 else:
-                    try:
-                        content = resp.json()["choices"][0]["message"].get("content")
-                    except (ValueError, KeyError, IndexError, TypeError) as e:
+                    try:  # .text reads bytes that are not UTF-8 as U+FFFD (.json() would raise)
+                        content = json.loads(resp.text)["choices"][0]["message"].get("content")
+                    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as e:
                         raise JudgeError(f"judge at {self.url} sent an unexpected body: {resp.text[:200]}") from e
                     self.requests += 1
                     return content or ""
@@ -296,7 +298,9 @@ class JudgeReward:
 
     async def _send(self, chunk: list[str]) -> None:
         try:
-            replies = await self.judge.complete(chunk)
+            # Prompts quote rows and model text, replies come from a server: a lone surrogate in
+            # either would make a tokenizer or a UTF-8 encoder raise, failing the whole chunk.
+            replies = [valid_text(r)[0] for r in await self.judge.complete([valid_text(p)[0] for p in chunk])]
             if len(replies) != len(chunk):
                 raise JudgeError(f"judge returned {len(replies)} replies for {len(chunk)} prompts")
         except Exception as e:
