@@ -71,6 +71,7 @@ from rlfactory.train.model import (
 )
 from rlfactory.train.parallel import Parallel, RowLayout, SingleProcess
 from rlfactory.train.runlog import RunLog
+from rlfactory.train.signal import SignalWatch, step_signal
 from rlfactory.train.update import PolicyUpdate, UpdateData
 from rlfactory.train.weight_sync import make_weight_sync
 from rlfactory.trajectory import Trajectory
@@ -335,6 +336,7 @@ class Trainer:
         if self._eval_due(self.step_done) and log is not None and not log.has_eval(self.step_done):
             await self._evaluate_and_log(log)
         bar = _progress(tr.steps, self.step_done, enabled=tr.progress and self.parallel.is_main)
+        watch = SignalWatch()  # says so when most groups carry no learning signal for several steps
         pipeline = AsyncPipeline(self, tr.max_staleness) if tr.max_staleness > 0 else None
         try:
             for step in range(self.step_done + 1, tr.steps + 1):
@@ -348,8 +350,13 @@ class Trainer:
                     self.save()
                 if self._eval_due(step) and log is not None:
                     await self._evaluate_and_log(log)
+                signal = step_signal(trajs)
+                warning = watch.observe(step, signal) if self.parallel.is_main else None
+                if warning:
+                    (bar.write if bar is not None else print)(warning, file=sys.stderr)
                 if bar is not None:
                     bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", acc=f"{metrics['accuracy']:.2f}",
+                                    no_signal=f"{signal.flat_frac:.0%}", tool_ok=f"{signal.tool_success:.0%}",
                                     tok_s=f"{metrics['perf/gen_tokens_per_s']:.0f}", refresh=False)
                     bar.update(1)
         finally:

@@ -8,6 +8,7 @@ from typing import Sequence
 
 import torch
 
+from rlfactory.train.signal import step_signal
 from rlfactory.trajectory import STATUSES, Trajectory
 
 # Reward terms that mean "the answer is right", in order of preference.
@@ -38,7 +39,8 @@ def _std(xs: Sequence[float]) -> float:
 
 
 def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """reward/mean, reward/std, reward/<term>, accuracy, traj/* and status/* over a step's batch.
+    """reward/mean, reward/std, reward/<term>, turn_reward/*, accuracy, traj/* and status/* over a
+    step's batch.
 
     Rewards and accuracy are over scored trajectories only (infra_error ones are not scored).
     """
@@ -48,6 +50,7 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     terms = sorted({k for t in scored for k in t.reward_terms})
     for k in terms:
         out[f"reward/{k}"] = _mean([t.reward_terms[k] for t in scored if k in t.reward_terms])
+    out.update(turn_reward_metrics(scored))
     accs = [a for t in scored if (a := accuracy_of(t)) is not None]
     out["accuracy"] = _mean(accs)
     out["traj/tool_calls"] = _mean([len(t.tool_calls) for t in trajs])
@@ -57,6 +60,7 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     tool_status = Counter(c.status for t in trajs for c in t.tool_calls)
     n_calls = sum(tool_status.values())
     out["tools/error_rate"] = (n_calls - tool_status.get("ok", 0)) / n_calls if n_calls else 0.0
+    out.update(step_signal(trajs).metrics())  # signal/zero_variance_frac, tools/success_rate
     # hostile input made harmless, summed over the step: calls past rollout.max_calls_per_turn,
     # and characters of tool results that were not valid Unicode (shown to the model as U+FFFD)
     out["tools/calls_not_run"] = float(sum(t.metrics.get("calls_not_run", 0.0) for t in trajs))
@@ -67,6 +71,18 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     counts = Counter(t.status for t in trajs)
     for s in STATUSES:
         out[f"status/{s}"] = float(counts.get(s, 0))
+    return out
+
+
+def turn_reward_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """turn_reward/mean (over the model turns that carry a reward) and turn_reward/<term> (the
+    mean of each process term over the turns it scored); nothing when no turn was scored."""
+    segs = [s for t in trajs for s in t.turn_segments() if s.reward is not None]
+    if not segs:
+        return {}
+    out = {"turn_reward/mean": _mean([float(s.reward) for s in segs])}  # type: ignore[arg-type]
+    for k in sorted({k for s in segs for k in (s.reward_terms or {})}):
+        out[f"turn_reward/{k}"] = _mean([s.reward_terms[k] for s in segs if s.reward_terms and k in s.reward_terms])
     return out
 
 
