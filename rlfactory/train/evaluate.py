@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rlfactory.rewards.base import score_all
 from rlfactory.trajectory import Trajectory
@@ -23,6 +23,21 @@ def sampling_override(engine: Any, greedy: bool) -> Iterator[None]:
             engine.sampling = old
 
 
+def answer_extractor_of(reward: Any) -> Callable[[Trajectory], str | None]:
+    """How `reward` reads the final answer (a rule or judge part's extractor, also inside a composed
+    reward); Search-R1's last `<answer>...</answer>` otherwise."""
+    from rlfactory.rewards.text import tagged_answer
+
+    parts = [reward]
+    while parts:
+        part = parts.pop(0)
+        extractor = getattr(part, "answer_extractor", None)
+        if callable(extractor):
+            return extractor
+        parts += [r for r, _ in getattr(part, "parts", {}).values()]
+    return tagged_answer("answer")
+
+
 def _question(row: dict[str, Any], index: int) -> dict[str, Any]:
     out: dict[str, Any] = {"id": row.get("id", index)}
     for key in ("question", "prompt", "query"):
@@ -38,7 +53,9 @@ async def evaluate(engine: Any, reward: Any, rows: list[dict[str, Any]], *, n: i
 
     Returns {"averages": {accuracy, reward/mean, reward/<term>, traj/tool_calls, traj/turns,
     status/<s>, questions}, "questions": [{id, question, accuracy, reward, reward_terms,
-    tool_calls, calls (per sample: [{name, arguments, status}]), turns, statuses, answer}]} (per question: means over its n samples).
+    tool_calls, calls (per sample: [{name, arguments, status}]), turns, statuses, answer, output}]} (per
+    question: means over its n samples; `answer` is the first sample's answer as the reward extracts
+    it, None when it gave none, and `output` that sample's whole model text).
     """
     if not rows:
         return {"averages": {"questions": 0.0}, "questions": []}
@@ -51,6 +68,7 @@ async def evaluate(engine: Any, reward: Any, rows: list[dict[str, Any]], *, n: i
     for t in trajs:
         by_group.setdefault(t.group, []).append(t)
     questions = []
+    extract = answer_extractor_of(reward)
     for i, (row, group) in enumerate(zip(rows, by_group.values())):  # the engine's groups come in row order
         scored = [t for t in group if t.reward is not None]
         accs = [a for t in scored if (a := accuracy_of(t)) is not None]
@@ -65,7 +83,8 @@ async def evaluate(engine: Any, reward: Any, rows: list[dict[str, Any]], *, n: i
                       for t in group],
             "turns": sum(t.turns for t in group) / len(group),
             "statuses": [t.status for t in group],
-            "answer": group[0].model_text() if group else "",
+            "answer": extract(group[0]) if group else None,
+            "output": group[0].model_text() if group else "",
         })
     averages = trajectory_metrics(trajs)
     averages["questions"] = float(len(rows))
