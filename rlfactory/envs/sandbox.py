@@ -32,7 +32,11 @@ Two modes, chosen by name (`mode`; the code env's `sandbox` option):
 
 Not covered: there is no seccomp filter (the program may make any system call an unprivileged
 process in a user namespace may, so a kernel bug there is the remaining risk); CPU is bounded per
-process in time, not in share; the number of (empty) files in `/tmp` is bounded only by time.
+process in time, not in share; the number of (empty) files in `/tmp` is bounded only by time. The
+program can learn the host paths of the Python installation and the virtual environment
+(`sys.prefix`, module paths, `/proc/self/mountinfo`): a bind mount shows its source path in
+mountinfo even at a neutral mount point, so bubblewrap cannot hide them cheaply (their contents are
+what it sees, read-only).
 
 Where `bwrap` is missing or the kernel refuses the namespaces, `strict` refuses to run anything
 (`SandboxUnavailable`, one line naming the cause). `weak` must be chosen by name: a `python -I`

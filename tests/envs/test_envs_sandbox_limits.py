@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -166,3 +168,57 @@ def test_weak_mode_kills_a_setsid_child_that_holds_stdout(token, ending, cgroup,
 def test_weak_mode_reports_a_signal_as_in_strict_mode():
     r = run_python("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", mode="weak")
     assert r.exit_code == 128 + 9 and r.text() == "exit status: 137"
+
+
+AS_NOBODY = """
+import asyncio, importlib.util, json, os, sys, types
+root, outside, token = sys.argv[1:4]
+for name in ("rlfactory", "rlfactory.envs"):  # the weak sandbox's three modules only need the standard library
+    m = types.ModuleType(name)
+    m.__path__ = []
+    sys.modules[name] = m
+for mod in ("sandbox_cgroup", "sandbox_proc", "sandbox_weak"):
+    spec = importlib.util.spec_from_file_location(f"rlfactory.envs.{mod}", f"{root}/rlfactory/envs/{mod}.py")
+    m = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = m
+    spec.loader.exec_module(m)
+weak = sys.modules["rlfactory.envs.sandbox_weak"]
+code = (f"import os, subprocess, sys\\ntry:\\n    open({outside!r}, 'w')\\nexcept OSError as e:\\n    print(e.strerror)\\n"
+        f"open('here', 'w').write('1')\\nprint(os.getuid(), os.listdir('.'))\\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {token!r}], start_new_session=True)\\n"
+        f"try:\\n    print(subprocess.Popen([sys.executable, '-c', 'pass']).wait())\\n"
+        f"except OSError as e:\\n    print(e.strerror)")
+r = asyncio.run(weak.arun_weak(code, timeout_s=10, memory_mb=512, max_output_chars=2000, max_file_mb=16,
+                               max_processes=64, stdin=""))
+print(json.dumps({"summary": weak.weak_summary(), "stdout": r.stdout, "stderr": r.stderr, "exit": r.exit_code}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3") or not shutil.which("setpriv"),
+                    reason="needs root (to become uid 65534), setpriv and a system /usr/bin/python3")
+def test_weak_mode_as_an_unprivileged_user(token, tmp_path):
+    """As uid 65534 (no cgroup of its own to make): a user namespace makes the mount and network
+    namespaces, files are read-only but for the temp dir, memory_mb is split, leftovers are killed."""
+    public = tempfile.mkdtemp(prefix="rlf-weak-nobody-")
+    try:
+        os.chmod(public, 0o777)
+        script = os.path.join(public, "probe.py")
+        with open(script, "w") as f:
+            f.write(AS_NOBODY)
+        checkout = os.path.dirname(os.path.dirname(os.path.abspath(rlfactory.__file__)))
+        p = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "/usr/bin/python3",
+                            "-I", script, checkout, os.path.join(public, "outside"), token],
+                           capture_output=True, text=True, timeout=120, cwd=public)
+        assert p.returncode == 0, p.stderr[-2000:]
+        r = json.loads(p.stdout.splitlines()[-1])
+        if "files read-only" not in r["summary"]:  # no unprivileged user namespaces on this kernel: said plainly
+            assert "it can WRITE what this user can" in r["summary"]
+            return
+        # split (no cgroup for this user): 4 shares of 128 MB, 3 processes in its user namespace (the
+        # supervisor, the program, the sleeper), so a 4th is refused
+        split = "memory_mb is split into 128 MB shares" in r["summary"]
+        last = "Resource temporarily unavailable" if split else "0"
+        assert r["stdout"] == f"Read-only file system\n65534 ['main.py', 'here']\n{last}\n", r
+        assert not os.path.exists(os.path.join(public, "outside")) and host_pids_with(token) == []
+    finally:
+        shutil.rmtree(public, ignore_errors=True)
