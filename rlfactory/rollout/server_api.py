@@ -112,7 +112,7 @@ def _get(body: Any, *path: Any) -> Any:
 
 
 def _ints(value: Any, what: str) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
         raise MalformedResponse(f"{what} is not a list of token ids")
     return list(value)
 

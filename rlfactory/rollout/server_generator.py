@@ -263,10 +263,12 @@ class ServerGenerator:
             raise _ServerFault(f"HTTP {r.status_code}: {r.text[:200]}")
         if r.status_code >= 400:
             raise _Rejected(f"HTTP {r.status_code} for {PATHS[self.api]}: {r.text[:300]}")
-        try:
-            return parse_response(self.api, r.json(), stop_ids)
-        except json.JSONDecodeError:
+        try:  # bytes that are not UTF-8 (in a text field we never use) read as U+FFFD
+            body = json.loads(r.content.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
             raise _ServerFault(f"answered with a body that is not JSON: {r.text[:120]!r}") from None
+        try:
+            return parse_response(self.api, body, stop_ids)
         except MalformedResponse as e:
             raise _ServerFault(f"answered with a malformed {self.api} response: {e}") from None
 

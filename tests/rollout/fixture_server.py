@@ -55,6 +55,13 @@ class FixtureServer:
             return PlainTextResponse("Internal Server Error", status_code=500)
         if self.mode == "garbage":
             return Response("{'not': json", media_type="application/json")
+        if self.mode == "bad_utf8":  # the documented body, its text with bytes that are not UTF-8
+            body = json.dumps({**self.response, "choices": [{**self.response["choices"][0], "text": "TEXT"}]})
+            return Response(body.encode().replace(b"TEXT", b"caf\xc3 \xff"), media_type="application/json")
+        if self.mode == "deep":  # a hostile server: nested past Python's recursion limit
+            return Response(b'{"choices":' + b"[" * 50_000 + b"]" * 50_000 + b"}", media_type="application/json")
+        if self.mode == "negative_id":
+            return JSONResponse({**self.response, "choices": [{**self.response["choices"][0], "token_ids": [19, -1, 151645]}]})
         if self.mode == "malformed":
             return JSONResponse({"choices": [{"index": 0, "text": "hi", "finish_reason": "stop"}]})
         if self.mode == "reject":

@@ -96,7 +96,7 @@ def test_concurrent_new_trajectories_spread_over_the_servers():
     assert len(a.requests) == 3 and len(b.requests) == 3  # by requests in flight
 
 
-@pytest.mark.parametrize("mode", ["500", "garbage", "malformed", "down"])
+@pytest.mark.parametrize("mode", ["500", "garbage", "malformed", "down", "deep", "negative_id"])
 def test_a_failing_server_is_retried_elsewhere_and_cooled_down(mode):
     with FixtureServer(VLLM_STOP, mode="ok" if mode == "down" else mode) as bad, FixtureServer(VLLM_STOP) as good:
         bad_url = dead_url() if mode == "down" else bad.url
@@ -111,8 +111,16 @@ def test_a_failing_server_is_retried_elsewhere_and_cooled_down(mode):
     assert first.token_ids == second.token_ids == [19, 17, IM_END]
     assert len(good.requests) == 2 and len(bad.requests) == (0 if mode == "down" else 1)
     assert state.failures == 1 and state.down_until > time.monotonic()
-    expected = {"500": "HTTP 500", "garbage": "not JSON", "malformed": "return_token_ids", "down": "ConnectError"}[mode]
+    expected = {"500": "HTTP 500", "garbage": "not JSON", "malformed": "return_token_ids", "down": "ConnectError",
+                "deep": "not JSON", "negative_id": "is not a list of token ids"}[mode]
     assert expected in state.last_error
+
+
+def test_bytes_that_are_not_utf8_in_a_servers_text_do_not_fail_the_turn():
+    with FixtureServer(VLLM_STOP, mode="bad_utf8") as srv:
+        g = gen([srv.url])
+        res = asyncio.run(use(g, g.submit(req("t1"))))
+    assert res.token_ids == [19, 17, IM_END] and g.servers[0].failures == 0  # the ids are what count
 
 
 def test_a_server_that_times_out_is_retried_elsewhere():
