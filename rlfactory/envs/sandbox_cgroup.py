@@ -26,6 +26,8 @@ import signal
 import uuid
 from dataclasses import dataclass
 
+PREFIX = "rlfactory-sandbox-"  # + the trainer's pid + a random part
+
 
 @dataclass(frozen=True)
 class CgroupHome:
@@ -115,6 +117,7 @@ def cgroup_home() -> CgroupHome | str:
             continue
         try:
             SandboxCgroup(home, memory_bytes=64 * 2**20, max_pids=4).remove()
+            _remove_stale(home)
         except OSError as e:
             reasons.append(f"cgroup v{home.version}: cannot make a cgroup in {home.memory}: {e.strerror or e}")
             continue
@@ -122,12 +125,24 @@ def cgroup_home() -> CgroupHome | str:
     return "; ".join(reasons)
 
 
+def _remove_stale(home: CgroupHome) -> None:
+    """Remove the (empty) cgroups that trainers killed mid-call left behind: their names hold the pid
+    of a process that is gone."""
+    for parent in {home.memory, home.pids} - {None}:
+        for name in os.listdir(parent):
+            if name.startswith(PREFIX) and not os.path.exists(f"/proc/{name[len(PREFIX):].split('-')[0]}"):
+                try:
+                    os.rmdir(os.path.join(parent, name))
+                except OSError:  # still holds a process (a sandbox of a trainer in another pid namespace)
+                    pass
+
+
 class SandboxCgroup:
     """One sandbox's cgroup (one directory per hierarchy in v1): made with its limits, joined by the
     sandbox's first process (`join`, between fork and exec), read (`oom_kills`), emptied and removed."""
 
     def __init__(self, home: CgroupHome, *, memory_bytes: int, max_pids: int | None) -> None:
-        name = f"rlfactory-sandbox-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        name = f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.version, self.memory_bytes = home.version, memory_bytes
         self.memory = os.path.join(home.memory, name)
         self.dirs = [self.memory]

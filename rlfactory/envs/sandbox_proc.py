@@ -88,8 +88,12 @@ def make_budget(memory_mb: int, max_processes: int, files_mb: int, count_process
     processes (a user namespace of its own), so that a split of memory_mb among them holds."""
     home = cgroup_home()
     if not isinstance(home, str):
-        cgroup = SandboxCgroup(home, memory_bytes=(memory_mb + files_mb) * 2**20, max_pids=max_processes + 1)
-        return Budget(cgroup, memory_mb, max_processes if count_processes else 0, memory_mb)
+        try:
+            cgroup = SandboxCgroup(home, memory_bytes=(memory_mb + files_mb) * 2**20, max_pids=max_processes + 1)
+            return Budget(cgroup, memory_mb, max_processes if count_processes else 0, memory_mb)
+        except OSError as e:  # the probe made one, this call could not: this call splits the limit instead
+            print(f"rlfactory: sandbox: no cgroup for this call ({e}); memory_mb split among fewer processes",
+                  file=sys.stderr, flush=True)
     if not count_processes:
         return Budget(None, memory_mb, 0, memory_mb)
     shares = max(4, memory_mb // SHARE_MB)

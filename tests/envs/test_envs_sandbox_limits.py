@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 import rlfactory
-from rlfactory.envs import sandbox_proc, sandbox_weak
+from rlfactory.envs import sandbox_cgroup, sandbox_proc, sandbox_weak
 from rlfactory.envs.sandbox import run_python
 from rlfactory.envs.sandbox_cgroup import CgroupHome, cgroup_home
 
@@ -106,6 +106,24 @@ def test_without_a_cgroup_the_limit_is_split_among_fewer_processes(token, no_cgr
     r = run_python("b = bytearray(100 * 2 ** 20)\nprint(len(b))", memory_mb=512)
     assert r.ok and r.stdout == f"{100 * 2 ** 20}\n", r.text()  # one share is still usable
     assert host_pids_with(token) == []
+
+
+@pytest.mark.skipif(not HAVE_CGROUP, reason=f"no cgroup can be made here: {cgroup_home()}")
+def test_cgroups_left_by_a_killed_trainer_are_removed_at_the_next_start():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = os.path.join(cgroup_home().memory, f"{sandbox_cgroup.PREFIX}{dead}-feedbeef")
+    ours = os.path.join(cgroup_home().memory, f"{sandbox_cgroup.PREFIX}{os.getpid()}-feedbeef")
+    os.mkdir(stale)
+    os.mkdir(ours)
+    try:
+        cgroup_home.cache_clear()
+        assert isinstance(cgroup_home(), CgroupHome)
+        assert not os.path.exists(stale) and os.path.exists(ours)  # a live trainer's cgroup stays
+    finally:
+        for d in (stale, ours):
+            if os.path.exists(d):
+                os.rmdir(d)
 
 
 def test_a_killed_sandbox_says_why():
