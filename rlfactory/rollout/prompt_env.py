@@ -9,14 +9,22 @@ JSON lines, a JSON list, or parquet, given as `env.train_data` / `env.test_data`
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from rlfactory.envs.base import Env
+from rlfactory.text import valid_strings, valid_text
+
+log = logging.getLogger("rlfactory.rollout")
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a .jsonl, .json (a list) or .parquet file."""
+    """Rows of a .jsonl, .json (a list) or .parquet file.
+
+    Text that is not valid Unicode (bytes that are not UTF-8, `"\\ud800"` escapes of half a
+    character) is read as U+FFFD, with one warning that counts it: a tokenizer would refuse it
+    later. A line that is not JSON is an error naming the file and the line."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"dataset not found: {p}")
@@ -24,13 +32,26 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         return pq.read_table(p).to_pylist()
-    text = p.read_text(encoding="utf-8")
+    raw = p.read_bytes()
+    text, replaced = valid_text(raw)
     if p.suffix == ".json":
-        rows = json.loads(text)
+        rows = _loads(text, f"{p}")
         if not isinstance(rows, list):
             raise ValueError(f"{p}: expected a JSON list of rows")
-        return rows
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        rows = [_loads(line, f"{p}:{i}") for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    rows, lone = valid_strings(rows)
+    if replaced or lone:
+        log.warning("%s: %d character(s) that are not valid text (%d bytes that are not UTF-8, %d lone surrogates) "
+                    "read as U+FFFD", p, replaced + lone, replaced, lone)
+    return rows
+
+
+def _loads(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # RecursionError: nested past Python's stack
+        raise ValueError(f"{where}: not valid JSON: {e}") from None
 
 
 class PromptEnv(Env):

@@ -47,3 +47,23 @@ def test_summary_counts():
     assert s["status"] == {"ok": 1, "truncated": 1} and s["tool_calls"] == 2 and s["gen_tokens"] == 3
     assert s["gen_tokens_per_s"] == 1.5 and s["tool_time_total_s"] == 2.5 and s["turns"] == {1: 1, 2: 1}
     assert "timeout=1" in format_summary(s)
+
+
+def test_rows_with_text_that_is_not_unicode_are_read_with_replacement_characters(tmp_path, caplog):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"question": "caf\xc3\xa9 \xff ok"}\n'  # a byte that is not UTF-8
+                     b'{"question": "half \\ud83d emoji", "tags": ["\\udc80"], "nul": "a\\u0000b"}\n'  # lone surrogates
+                     b'{"question": "fine \\ud83d\\ude00"}\n')  # a pair: one character
+    with caplog.at_level("WARNING", logger="rlfactory.rollout"):
+        rows = read_rows(path)
+    assert rows == [{"question": "caf\u00e9 \ufffd ok"}, {"question": "half \ufffd emoji", "tags": ["\ufffd"], "nul": "a\x00b"},
+                    {"question": "fine \U0001F600"}]
+    (record,) = caplog.records
+    assert record.getMessage() == (f"{path}: 3 character(s) that are not valid text (1 bytes that are not UTF-8, "
+                                   "2 lone surrogates) read as U+FFFD")
+    path.write_text('{"question": "a"}\n{"question": oops}\n')
+    with pytest.raises(ValueError, match=r"r.jsonl:2: not valid JSON: Expecting value"):
+        read_rows(path)
+    path.write_text('{"question": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(ValueError, match=r"r.jsonl:1: not valid JSON: maximum recursion depth"):
+        read_rows(path)
