@@ -29,6 +29,12 @@ class Segment:
     logprobs: list[float] | None = None  # model segments: the sampler's logprob of each token
     policy_version: int | None = None  # model segments: the policy that sampled them
     trainer_logprobs: list[float] | None = None  # model segments: the trainer's logprob of each token, before its update
+    reward: float | None = None
+    """Model segments: this turn's own reward (process reward), the weighted sum of `reward_terms`;
+    None = the turn was not scored (outcome-only rewards). Turn-level advantage estimators read it."""
+    reward_terms: dict[str, float] | None = None
+    """Model segments: this turn's reward terms, raw: `step` (what env.step's results and the tools
+    scored, `ToolResult.reward` summed), and each process term of `reward.turn_terms` that applied."""
 
 
 @dataclass
@@ -84,6 +90,14 @@ class Trajectory:
                 continue
             out.extend(s.logprobs if s.role == "model" and s.logprobs is not None else [0.0] * len(s.token_ids))
         return out
+
+    def turn_segments(self) -> list[Segment]:
+        """The model segments in order: turn k (1-based, as `ToolCallRecord.turn`) is element k-1."""
+        return [s for s in self.segments if s.role == "model"]
+
+    def turn_rewards(self) -> list[float]:
+        """Each model turn's own reward (0.0 for a turn that was not scored)."""
+        return [s.reward if s.reward is not None else 0.0 for s in self.turn_segments()]
 
     def model_text(self) -> str:
         return "".join(s.text for s in self.segments if s.role == "model")

@@ -1,7 +1,7 @@
 """Pure algorithm pieces (torch only): advantages, policy/value losses, KL, entropy, masked ops.
 
 Registries: `get_advantage(name)` ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline" /
-"reinforce++", "gae") and `get_policy_loss(name)` ("ppo" / "vanilla" / "ppo_clip", "gspo"). Add
+"reinforce++", "gae"; per turn: "turn_grpo", "gigpo", "turn_loo") and `get_policy_loss(name)` ("ppo" / "vanilla" / "ppo_clip", "gspo"). Add
 your own with `@register_advantage("name")` / `@register_policy_loss("name")`; a config names
 them (`algo.advantage`, `algo.loss`) by that name once their module is imported, or as
 `module:function`, which imports it.
@@ -34,6 +34,13 @@ from rlfactory.algos.losses import (
     truncated_is_weights,
     value_loss,
 )
+from rlfactory.algos.turns import (
+    gigpo_advantages,
+    turn_grpo_advantages,
+    turn_loo_advantages,
+    turn_returns,
+    turn_token_advantages,
+)
 from rlfactory.algos.utils import (
     agg_loss,
     entropy_from_logits,
@@ -54,6 +61,7 @@ __all__ = [
     "gae_advantages",
     "get_advantage",
     "get_policy_loss",
+    "gigpo_advantages",
     "grpo_advantages",
     "gspo_loss",
     "kl_estimate",
@@ -74,5 +82,9 @@ __all__ = [
     "rloo_advantages",
     "token_logprobs",
     "truncated_is_weights",
+    "turn_grpo_advantages",
+    "turn_loo_advantages",
+    "turn_returns",
+    "turn_token_advantages",
     "value_loss",
 ]

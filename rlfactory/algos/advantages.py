@@ -9,7 +9,9 @@ infra_error trajectory: it is left out of its group's baseline and gets advantag
 also drops it from the loss). A group with fewer than 2 valid members has nothing to compare
 against, so its members get 0. Broadcast a [B] advantage over the mask to get token advantages.
 
-Token estimators (GAE) take token-level rewards and values; see `gae_advantages`.
+Token estimators (GAE) take token-level rewards and values; see `gae_advantages`. Turn estimators
+(kind "turn": turn_grpo, gigpo, turn_loo) give each model turn its own advantage from per-turn
+rewards, without a critic; see turns.py.
 """
 
 from __future__ import annotations
@@ -24,14 +26,16 @@ from rlfactory.algos.utils import masked_whiten
 
 OUTCOME = "outcome"
 TOKEN = "token"
+TURN = "turn"
+KINDS = (OUTCOME, TOKEN, TURN)
 
 _ADVANTAGES: dict[str, tuple[Callable[..., object], str]] = {}
 
 
 def register_advantage(name: str, *aliases: str, kind: str = OUTCOME) -> Callable[[Callable], Callable]:
-    """Decorator: register an estimator under `name` (and `aliases`). `kind`: "outcome" or "token"."""
-    if kind not in (OUTCOME, TOKEN):
-        raise ValueError(f"kind must be {OUTCOME!r} or {TOKEN!r}, got {kind!r}")
+    """Decorator: register an estimator under `name` (and `aliases`). `kind`: "outcome", "token" or "turn"."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r}")
 
     def deco(fn: Callable) -> Callable:
         for n in (name, *aliases):
@@ -66,7 +70,8 @@ def get_advantage(name: str) -> Callable[..., object]:
 
 
 def advantage_kind(name: str) -> str:
-    """"outcome" (rewards [B] -> advantages [B]) or "token" (GAE: needs values and token rewards)."""
+    """"outcome" (rewards [B] -> advantages [B]), "token" (GAE: needs values and token rewards) or
+    "turn" (per-turn rewards -> advantages [B, K], turns.py)."""
     return _ADVANTAGES[resolve_advantage(name)][1]
 
 

@@ -18,6 +18,9 @@ from rlfactory.trajectory import Trajectory
 class RewardScore:
     total: float
     terms: dict[str, float] = field(default_factory=dict)
+    turns: list[RewardScore] | None = None
+    """Process rewards: one score per model turn, in order (rlfactory/rewards/turns.py); None for
+    an outcome-only reward. They do not enter `total`."""
 
 
 class Reward(Protocol):

@@ -12,11 +12,32 @@ from rlfactory.rewards.config import JudgeConfig, RewardConfig, VerifyConfig
 from rlfactory.rewards.judge import DEFAULT_TEMPLATE, JudgeReward, LocalJudge, OpenAIJudge, number_score, parse_yes_no
 from rlfactory.rewards.rule import RuleReward
 from rlfactory.rewards.text import answer_extractor, import_object
+from rlfactory.rewards.turns import DEFAULT_TURN_TEMPLATE, JudgeTurnReward, TurnRuleReward, WithTurnRewards
 from rlfactory.rewards.verify import VerifyReward, artifact_arguments, same_output, same_rows
 from rlfactory.tools.base import Tool
 
 
 def build_reward(cfg: RewardConfig, default: Reward | None = None, *, tools: Mapping[str, Tool] | None = None) -> Reward:
+    """The configured reward: the outcome reward (`build_outcome_reward`), with the process
+    rewards of `reward.turn_terms` / `reward.turn_judge` beside it (`WithTurnRewards`) when set."""
+    outcome = build_outcome_reward(cfg, default, tools=tools)
+    scorers: list[Any] = []
+    try:
+        if cfg.turn_terms:
+            scorers.append(TurnRuleReward(cfg.turn_terms, cfg.turn_options))
+        elif cfg.turn_options:
+            raise ValueError("reward.turn_options is set but reward.turn_terms is empty")
+        if cfg.turn_judge is not None:
+            judge = build_judge_reward(cfg.turn_judge)
+            scorers.append(JudgeTurnReward(judge, judge_template(cfg.turn_judge) or DEFAULT_TURN_TEMPLATE,
+                                           cfg.turn_judge.weight, cfg.turn_judge.fallback))
+    except (ValueError, ImportError, AttributeError, OSError) as e:
+        raise ConfigError(f"reward: {e}") from e
+    return WithTurnRewards(outcome, scorers) if scorers else outcome
+
+
+def build_outcome_reward(cfg: RewardConfig, default: Reward | None = None, *,
+                         tools: Mapping[str, Tool] | None = None) -> Reward:
     """The configured reward.
 
     - nothing configured: `default` (the env's reward); a ConfigError when there is none.
@@ -56,8 +77,13 @@ def build_reward(cfg: RewardConfig, default: Reward | None = None, *, tools: Map
     return ComposedReward(parts)
 
 
+def judge_template(cfg: JudgeConfig) -> str | None:
+    """The configured template text (from template_file or template), None when unset."""
+    return Path(cfg.template_file).read_text(encoding="utf-8") if cfg.template_file else cfg.template
+
+
 def build_judge_reward(cfg: JudgeConfig) -> JudgeReward:
-    template = Path(cfg.template_file).read_text(encoding="utf-8") if cfg.template_file else cfg.template
+    template = judge_template(cfg)
     parse = parse_yes_no if cfg.score == "yes_no" else number_score(cfg.max_score, cfg.score_regex)
     if cfg.backend == "openai":
         judge: Any = OpenAIJudge(

@@ -119,3 +119,16 @@ class RewardConfig(Section):
     """A tool-verification part (see its fields)."""
     default_weight: float | None = None
     """When set and other parts are configured, the env's default reward is added with this weight."""
+    turn_terms: dict[str, float] = {}
+    """Process rewards: weight per turn term, which scores each model turn (not the outcome): a
+    built-in (tool_success, retrieval_hit, code_ran, sql_ran), one registered with
+    @rlfactory.rewards.turns.turn_term, or `module:function(trajectory, turn) -> float | None`.
+    Recorded on each model segment; only turn-level advantages (algo.advantage: turn_grpo,
+    gigpo, turn_loo) train on them. Env step rewards and tool scores (ToolResult.reward) are
+    recorded as the term `step` without being listed here."""
+    turn_options: dict[str, Any] = {}
+    """Per-turn-term keyword options, by term name, e.g. {retrieval_hit: {tool: search}}."""
+    turn_judge: JudgeConfig | None = None
+    """A model judge that scores each turn in context (the turn term `judge`, times its weight);
+    its template fields are {question}, {reference}, {context}, {turn}, {observation}
+    (default: rlfactory.rewards.turns.DEFAULT_TURN_TEMPLATE)."""

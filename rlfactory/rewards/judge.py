@@ -270,6 +270,11 @@ class JudgeReward:
         value = self.fallback if verdict.score is None else verdict.score
         return RewardScore(total=value, terms={"score": value, "parsed": float(verdict.score is not None)})
 
+    async def verdicts(self, prompts: list[str]) -> list[JudgeVerdict]:
+        """The verdict on each prompt (cached, coalesced with identical calls in flight); what
+        `JudgeTurnReward` asks about each turn."""
+        return await self._verdicts(prompts)
+
     async def _verdicts(self, prompts: list[str]) -> list[JudgeVerdict]:
         """Verdicts for `prompts`, from the cache, an identical call in flight, or new judge calls."""
         loop = asyncio.get_running_loop()

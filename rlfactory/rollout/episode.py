@@ -35,6 +35,7 @@ they simply go ahead.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Protocol, Sequence
@@ -240,7 +241,27 @@ async def run_tools(traj: Trajectory, calls: list[ToolCall], setup: Setup, index
     infra = setup.rollout.infra_statuses
     if results and all(r.status in infra for r in results):
         return [], "; ".join(f"{c.name}: {r.status}: {r.text[:200]}" for c, r in zip(calls, results))
-    return results, None
+    bad_reward = record_step_reward(traj, calls, results)
+    return ([], bad_reward) if bad_reward else (results, None)
+
+
+def record_step_reward(traj: Trajectory, calls: list[ToolCall], results: list[ToolResult]) -> str | None:
+    """Record the scores that env.step's results carry (`ToolResult.reward`: the env's step reward
+    or a tool's own score), summed, as the `step` term and reward of the turn's model segment.
+    Returns why not (the trajectory then ends infra_error) when a score is not a finite number."""
+    scores = []
+    for call, r in zip(calls, results):
+        if r.reward is None:
+            continue
+        value = r.reward
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"{call.name}: the tool step's result has reward {value!r:.100}, not a finite number"
+        scores.append(float(value))
+    if scores:
+        seg = next(s for s in reversed(traj.segments) if s.role == "model")
+        seg.reward_terms = {**(seg.reward_terms or {}), "step": sum(scores)}
+        seg.reward = (seg.reward or 0.0) + sum(scores)
+    return None
 
 
 def not_run(traj: Trajectory, extra: int, limit: int) -> ToolResult:

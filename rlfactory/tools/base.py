@@ -47,6 +47,10 @@ class ToolResult:
     replaced_chars: int = 0
     """Characters of the tool's text that were not valid Unicode (lone surrogates, invalid UTF-8)
     and were replaced by U+FFFD before anything encoded it (rlfactory/text.py)."""
+    reward: float | None = None
+    """A score of this call for the turn that made it (a process reward), given by the tool with its
+    result or set by an env's `step()` (RL-Factory's step reward); None = no score. The rollout
+    records the turn's sum as that model segment's `step` reward term."""
 
     @classmethod
     def error(cls, text: str, status: str = ERROR) -> "ToolResult":

@@ -25,7 +25,7 @@ import difflib
 import importlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Sequence
 
 from rlfactory.text import valid_text
@@ -326,7 +326,7 @@ class ToolRunner:
             key = canonical_arguments(args)
             hit = self._cache.get(entry.cache_id, key)
             if hit is not None:
-                res = ToolResult(hit.text, hit.is_error, hit.status, hit.data, hit.image, True, time.perf_counter() - t0, hit.truncated)
+                res = replace(hit, cached=True, latency_s=time.perf_counter() - t0)
                 entry.metrics.record(res)
                 return res
         if entry.validator is not None:

@@ -30,7 +30,9 @@ class AlgoConfig(Section):
     advantage: str = "grpo"
     """Advantage estimator. grpo: (r - group mean) / group std; dr_grpo: r - group mean (no std,
     Dr. GRPO); rloo: leave-one-out baseline; reinforce++: batch-normalised r - group mean;
-    gae: per-token GAE with a learned critic (PPO). Or your own: a name registered with
+    gae: per-token GAE with a learned critic (PPO); per turn, from the turns' own rewards
+    (reward.turn_terms, env step rewards) and no critic: turn_grpo (turn-discounted returns, GRPO
+    baseline), gigpo (GiGPO), turn_loo (a length-unbiased per-turn baseline). Or your own: a name registered with
     `@rlfactory.algos.register_advantage`, or `module:function` (the module is imported from the
     config's folder or the path; `function` is a name it registers or a plain function
     `(rewards [B], groups [B], valid [B]) -> advantages [B]`)."""
@@ -76,6 +78,19 @@ class AlgoConfig(Section):
     """gae: discount per token."""
     lam: float = 1.0
     """gae: GAE lambda."""
+    turn_gamma: float = 1.0
+    """turn_grpo / gigpo / turn_loo: discount per model turn (each turn's return is its own reward
+    plus turn_gamma times the next turn's return; GiGPO's paper uses 0.95). Not `gamma`, which
+    is gae's per token."""
+    turn_reward_weight: float = 1.0
+    """turn_grpo / gigpo / turn_loo: weight of each turn's own reward (process rewards) against
+    the outcome reward, which sits on the last turn; 0 = outcome only."""
+    turn_step_weight: float = 1.0
+    """gigpo: weight (omega) of the step-level advantage added to the episode-level one."""
+    turn_norm_by_std: bool = True
+    """turn_grpo / gigpo: divide by the group's standard deviation (GiGPO's mean_std_norm; false
+    = mean_norm, which keeps the estimate unbiased where choices differ in the spread of their
+    returns). turn_loo never divides."""
     value_coef: float = 0.5
     """gae: weight of the critic's value loss."""
     value_clip: float = 0.2

@@ -4,6 +4,7 @@
     trajs     = engine.run(rows, n=algo.group_size)        generate -> parse -> tools -> observe
     scores    = reward.score(traj) for each scorable traj   infra_error: unscored, out of the loss
     adv       = advantage(rewards, groups, valid)           grpo | dr_grpo | rloo | reinforce++ | gae
+                (per turn: turn_grpo | gigpo | turn_loo, from each model turn's own reward too)
     old_logp  = the training model's logprobs (mismatch with the sampler's is logged)
     update    = epochs x minibatches of clipped policy loss (+ KL, entropy, value loss)
     version  += 1; log metrics and trajectories; checkpoint; evaluate
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 
 from rlfactory.algos.advantages import (
+    TURN,
     advantage_kind,
     dynamic_sampling_filter,
     gae_advantages,
@@ -42,6 +44,7 @@ from rlfactory.algos.advantages import (
 )
 from rlfactory.openmp import release_pool, released
 from rlfactory.rewards.base import score_all
+from rlfactory.rewards.turns import apply_turn_scores
 from rlfactory.rollout.build import pad_id_of
 from rlfactory.rollout.engine import failed_trajectories, group_names
 from rlfactory.train.annotate import annotate_trajectories
@@ -72,6 +75,7 @@ from rlfactory.train.model import (
 from rlfactory.train.parallel import Parallel, RowLayout, SingleProcess
 from rlfactory.train.runlog import RunLog
 from rlfactory.train.signal import SignalWatch, step_signal
+from rlfactory.train.turns import spread_over_tokens, turn_advantages
 from rlfactory.train.update import PolicyUpdate, UpdateData
 from rlfactory.train.weight_sync import make_weight_sync
 from rlfactory.trajectory import Trajectory
@@ -290,6 +294,10 @@ class Trainer:
             token_rewards = outcome_to_token_rewards(rewards[idx].to(self.device), batch.loss_mask)
             data.advantages, data.returns = gae_advantages(token_rewards, data.old_values, batch.loss_mask, algo.gamma, algo.lam)
             out.update(tensor_stats("adv", data.advantages, batch.loss_mask))
+        elif advantage_kind(algo.advantage) == TURN:  # one advantage per turn, on its tokens
+            turn_adv, turn_mask = turn_advantages(algo, trajs, rewards, groups, valid)
+            out.update(tensor_stats("adv", turn_adv[idx], turn_mask[idx]))
+            data.advantages = spread_over_tokens(turn_adv[idx][own], mine, batch.loss_mask.shape[1]).to(self.device)
         else:
             fn = get_advantage(algo.advantage)
             advantages = fn(rewards, groups, valid)[idx]
@@ -313,6 +321,8 @@ class Trainer:
         for t, s in zip(trajs, scores):
             if s is not None:
                 t.reward, t.reward_terms = float(s.total), dict(s.terms)
+                if s.turns is not None:
+                    apply_turn_scores(t, s.turns)
 
     def _reseed_generation(self, seed: int) -> None:
         gen = self.session.generator

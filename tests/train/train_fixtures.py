@@ -71,3 +71,9 @@ def blocks_in_eval(trajectory) -> float:
         Path(marker).touch()
         time.sleep(3600)
     return 0.0
+
+
+def turn_low_ids(trajectory, turn) -> float:
+    """A turn term with signal for an untrained model: share of the turn's tokens with id < 500."""
+    ids = turn.segment.token_ids
+    return sum(1 for t in ids if t < 500) / len(ids) if ids else 0.0
