@@ -53,9 +53,11 @@ def _field(body: dict, name: str, kind: type | tuple, default: Any = None) -> An
     return value
 
 
-def _ids(value: Any, name: str) -> list[int]:
+def _ids(value: Any, name: str, vocab: int = 0) -> list[int]:
     if not isinstance(value, list) or not value or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
         raise BadRequest(f"`{name}` must be a non-empty list of token ids (rlfactory serve takes token ids, not text)")
+    if vocab and max(value) >= vocab:  # the embedding lookup would raise mid-batch
+        raise BadRequest(f"`{name}` holds token id {max(value)}, outside the model's vocabulary of {vocab}")
     return value
 
 
@@ -90,13 +92,13 @@ def _check_length(prompt: list[int], max_new: int, context: int) -> None:
 
 # ---- vLLM /v1/completions ---------------------------------------------------------------------
 
-def parse_completions(body: Any, eos: tuple[int, ...], context: int) -> Turn:
+def parse_completions(body: Any, eos: tuple[int, ...], context: int, vocab: int = 0) -> Turn:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
         raise BadRequest("`prompt`: one prompt per request (a list of token ids), not a batch")
-    prompt = _ids(prompt, "prompt")
+    prompt = _ids(prompt, "prompt", vocab)
     for name, ok in (("n", 1), ("best_of", 1)):
         if _field(body, name, int, ok) != ok:
             raise BadRequest(f"`{name}` must be 1")
@@ -150,7 +152,7 @@ def completions_response(turn: Turn, result: GenResult, version: int, model: str
 
 # ---- SGLang /generate -------------------------------------------------------------------------
 
-def parse_generate(body: Any, eos: tuple[int, ...], context: int) -> Turn:
+def parse_generate(body: Any, eos: tuple[int, ...], context: int, vocab: int = 0) -> Turn:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     if body.get("text") is not None or body.get("input_embeds") is not None:
@@ -158,7 +160,7 @@ def parse_generate(body: Any, eos: tuple[int, ...], context: int) -> Turn:
     ids = body.get("input_ids")
     if isinstance(ids, list) and ids and isinstance(ids[0], list):
         raise BadRequest("`input_ids`: one prompt per request, not a batch")
-    prompt = _ids(ids, "input_ids")
+    prompt = _ids(ids, "input_ids", vocab)
     if _field(body, "stream", bool, False):
         raise BadRequest("`stream` is not supported")
     if _field(body, "top_logprobs_num", int, 0) != 0:

@@ -38,7 +38,7 @@ def _error(message: str, status: int = 400) -> JSONResponse:
 async def _json(request: Request) -> Any:
     try:
         return await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
         raise BadRequest("the body is not valid JSON") from None
 
 
@@ -56,7 +56,7 @@ def build_app(served: ServedModel) -> Starlette:
 
     async def completions(request: Request) -> JSONResponse:
         try:
-            turn = parse_completions(await _json(request), served.eos_ids, served.context)
+            turn = parse_completions(await _json(request), served.eos_ids, served.context, served.vocab)
         except BadRequest as e:
             return _error(str(e))
         result, version = await served.generate(turn.request)
@@ -65,7 +65,7 @@ def build_app(served: ServedModel) -> Starlette:
     async def generate(request: Request) -> JSONResponse:
         t0 = time.perf_counter()
         try:
-            turn = parse_generate(await _json(request), served.eos_ids, served.context)
+            turn = parse_generate(await _json(request), served.eos_ids, served.context, served.vocab)
         except BadRequest as e:
             return _error(str(e))
         result, version = await served.generate(turn.request)

@@ -51,6 +51,9 @@ class ServedModel:
         self.max_batch = int(max_batch)
         self.max_sessions = int(max_sessions or 4 * max_batch)
         self.context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
+        embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        self.vocab = int(getattr(embeddings, "num_embeddings", 0) or 0)
+        """Rows of the input embedding: a prompt id past them is refused (0: not checked)."""
         self.gate = VersionedGenerator(self.generator, version)
         """Turns and weight updates: new weights are taken between turns, never inside one."""
         self.updates = 0

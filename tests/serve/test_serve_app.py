@@ -128,9 +128,13 @@ def test_the_client_reads_both_apis_and_keeps_the_trajectorys_kv_cache(served, a
     ("/generate", {"text": "hello"}, "`input_ids`"),
     ("/generate", {"input_ids": [1, 2], "sampling_params": {"n": 3}}, "`sampling_params.n`"),
     ("/generate", {"input_ids": [1, 2], "top_logprobs_num": 2}, "`top_logprobs_num`"),
+    ("/v1/completions", {"prompt": [1, 10**6]}, "`prompt` holds token id 1000000, outside the model's vocabulary"),
+    ("/generate", {"input_ids": [1, 10**6]}, "`input_ids` holds token id 1000000"),
+    ("/v1/completions", b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON"),
 ])
 def test_a_request_outside_the_subset_gets_a_400_naming_the_field(served, path, body, field):
-    r = httpx.post(served.url + path, json=body, timeout=60)
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    r = httpx.post(served.url + path, content=raw, headers={"content-type": "application/json"}, timeout=60)
     assert r.status_code == 400 and field in r.json()["error"]["message"]
 
 
