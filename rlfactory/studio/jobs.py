@@ -52,6 +52,8 @@ class Job:
     returncode: int | None = None
     ended: float | None = None
     stop: dict[str, Any] = field(default_factory=dict)
+    base_dir: str | None = None
+    """The folder the config's module:function names import from (the source config's); a resume keeps it."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,8 +187,10 @@ class JobManager:
         checked = check_config(cfg.read_text(encoding="utf-8"), [f"trainer.run_dir={run_path}"], run_path)
         if not checked.ok:
             raise LaunchRefused(checked.issues)
+        # the tools and env of a run launched here import from its source config's folder, as they did then
+        base = Path(current.base_dir) if current is not None and current.base_dir else None
         return self._start("train", resolved_yaml(checked.config), ["--resume", *([RESTART_FLAG] if restart else [])],
-                           run_path, None)
+                           run_path, base)
 
     def _start(self, command: str, config_text: str, extra: list[str], out_dir: Path, base_dir: Path | None) -> Job:
         from rlfactory.config import ConfigError, load_config
@@ -210,7 +214,8 @@ class JobManager:
             (out_dir / "config.yaml").write_text(config_text, encoding="utf-8")
         log_path = folder / "output.log"
         job = Job(id=job_id, command=command, argv=argv[2:], run_id=out_dir.relative_to(self.runs).as_posix(),
-                  run_dir=str(out_dir.resolve()), log_path=str(log_path), started=time.time())
+                  run_dir=str(out_dir.resolve()), log_path=str(log_path), started=time.time(),
+                  base_dir=str(base_dir) if base_dir is not None else None)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     cwd=self.workspace, env=env, start_new_session=True)

@@ -31,7 +31,7 @@ def test_an_older_config_check_answering_late_does_not_hide_a_newer_verdict(page
             route.continue_()
 
     page.goto(f"{studio.url}/#/new")
-    page.wait_for_selector("#config-ok, #config-errors")
+    page.wait_for_selector("#config-ok, #config-errors, #config-checking")
     page.route("**/api/config/check", hold_the_first)
     _pick_source(page, "examples/rollout_calculator.yaml")  # its check is held
     deadline = time.monotonic() + 30
@@ -50,7 +50,7 @@ def test_an_older_config_check_answering_late_does_not_hide_a_newer_verdict(page
 
 def test_new_run_shows_config_errors_inline_launches_stops_and_resumes(page, studio, runs_root):
     page.goto(f"{studio.url}/#/new")
-    page.wait_for_selector("#config-ok, #config-errors")
+    page.wait_for_selector("#config-ok, #config-errors, #config-checking")
     _pick_source(page, "examples/rollout_calculator.yaml")
     page.fill("#overrides", "trainer.stepz=3\nalgo.group_size=0")
     page.wait_for_selector("#config-errors li[data-key='trainer.stepz']")
@@ -72,7 +72,7 @@ def test_new_run_shows_config_errors_inline_launches_stops_and_resumes(page, stu
                  "rollout.max_new_tokens=12", "rollout.max_total_tokens=1500", "trainer.steps=200", "trainer.save_every=1",
                  "tools.mcp=mcp_tools.json"]  # two stdio MCP servers (calculator, time) beside the python tool
     page.fill("#overrides", "\n".join(overrides))
-    page.wait_for_selector("#config-ok")
+    page.wait_for_selector("#config-ok", timeout=120000)  # after the command's own checks (MCP servers started)
     page.fill("#run-name", "launched")
     page.click("#launch")
     page.wait_for_selector("#job-state .badge.running")

@@ -50,19 +50,31 @@ export async function newRunPage(app, _rest, params) {
   };
   text.addEventListener("scroll", () => { gutter.scrollTop = text.scrollTop; });
   let checks = 0;  // answers may come back out of order: only the latest check's answer is shown
+  // Two steps: the config's own validation (instant), then the chosen command's checks before it
+  // loads a model (env, tools, reward, data: seconds), run by the command's own code on the server.
+  // "valid" is said only after both.
   const check = async () => {
     const mine = ++checks;
-    try {
-      verdict.replaceChildren(h("div", { class: "muted", id: "config-checking" }, h("span", { class: "spinner" }),
-        ` checking the config, then the env, tools, reward and data as rlfactory ${command.value} does…`));
-      const r = await api("/api/config/check", { text: text.value, overrides: lines(), source: source.value, command: command.value });
+    const ask = async withCommand => {
+      const r = await api("/api/config/check", { text: text.value, overrides: lines(), source: source.value,
+        ...(withCommand ? { command: command.value } : {}) });
       verdict.dataset.answers = String(Number(verdict.dataset.answers || 0) + 1);  // answers received, late ones too
+      return r;
+    };
+    const issuesBox = r => h("div", { class: "error-box", id: "config-errors" }, r.command ? `rlfactory ${r.command} would stop:` : "invalid config:",
+      h("ul", { class: "issues" }, r.issues.map(i => h("li", { dataset: { key: i.key } }, h("code", {}, i.key), " ", i.message, i.line ? h("span", { class: "muted" }, ` (line ${i.line})`) : null))));
+    try {
+      let r = await ask(false);
+      if (mine !== checks) return r.ok;
+      paintGutter(r.issues);
+      if (!r.ok) { verdict.replaceChildren(issuesBox(r)); return false; }
+      verdict.replaceChildren(h("div", { class: "muted", id: "config-checking" }, h("span", { class: "spinner" }),
+        ` The config validates; now checking its env, tools, reward and data as rlfactory ${command.value} does…`));
+      r = await ask(true);
       if (mine !== checks) return r.ok;
       paintGutter(r.issues);
       verdict.replaceChildren(r.ok ? h("div", { class: "ok-box", id: "config-ok", dataset: { command: r.command } },
-        `Config is valid for rlfactory ${r.command}: its env, tools, reward and data pass the command's own checks.`)
-        : h("div", { class: "error-box", id: "config-errors" }, "invalid config:",
-          h("ul", { class: "issues" }, r.issues.map(i => h("li", { dataset: { key: i.key } }, h("code", {}, i.key), " ", i.message, i.line ? h("span", { class: "muted" }, ` (line ${i.line})`) : null)))));
+        `Config is valid for rlfactory ${r.command}: its env, tools, reward and data pass the command's own checks.`) : issuesBox(r));
       return r.ok;
     } catch (e) { if (mine === checks) verdict.replaceChildren(errorBox(e)); return false; }
   };
