@@ -171,7 +171,9 @@ def test_an_env_subclass_gets_the_defaults_and_takes_no_options_it_does_not_name
     assert env.info({"q": 1}) == {"q": 1} and env.end_episode(None, None) is None and env.tools().python == []
     with pytest.raises(ValueError, match="has no 'train' split"):
         env.load_split("train")
-    assert make_env(NoInitEnv, colour="red").options == {"colour": "red"}  # Env's constructor: self.options
+    assert make_env(PlainEnv, colour="red").options == {"colour": "red"}  # Env's constructor: self.options
+    with pytest.raises(ConfigError, match="NoInitEnv takes no options"):  # ...which NoInitEnv never reads
+        make_env(NoInitEnv, colour="red")
 
 
 def test_an_env_without_reset_is_refused_by_name():
