@@ -2,11 +2,14 @@
 
     .venv/bin/python benchmarks/sandbox.py
 
-`weak` is the previous sandbox's process model (a `python -I` with rlimits, a network namespace
-where the kernel allows one, a temp dir), so strict / weak is the price of the isolation. Figures:
-(1) per-call latency of a trivial program, calls one after another, modes interleaved so that load
-changes on the shared machine hit all of them alike; (2) a batch of concurrent calls, as a rollout
-issues them; (3) where the strict overhead goes: bwrap building the same sandbox around `true`.
+`weak` is the unisolated process model (a `python -I` under a small supervisor, with rlimits, the
+per-call cgroup, a network and a mount namespace where the kernel allows them, a temp dir), so
+strict / weak is the price of the isolation; `split` is strict without its per-call cgroup
+(memory_mb split among fewer processes, as where none can be made), so strict / split is the
+cgroup's price. Figures: (1) per-call latency of a trivial program, calls one after another, modes
+interleaved so that load changes on the shared machine hit all of them alike; (2) a batch of
+concurrent calls, as a rollout issues them; (3) where the strict overhead goes: bwrap building the
+same sandbox around `true`.
 Target: a strict call costs at most 2x a weak one, sequentially and in the batch.
 """
 
@@ -19,7 +22,7 @@ import statistics
 import sys
 import time
 
-from rlfactory.envs import sandbox
+from rlfactory.envs import sandbox, sandbox_proc
 from rlfactory.envs.sandbox_bwrap import bwrap_command, enter_layout, sandbox_layout
 
 CODE = "print(123 * 456)"
@@ -36,6 +39,14 @@ async def one(mode: str) -> float:
         proc = await asyncio.create_subprocess_exec(sys.executable, "-I", "-c", CODE, stdout=asyncio.subprocess.PIPE)
         out, _ = await proc.communicate()
         assert out == b"56088\n"
+    elif mode == "split":  # strict without its cgroup: memory_mb split among fewer processes
+        real = sandbox_proc.cgroup_home
+        sandbox_proc.cgroup_home = lambda: "no cgroup (benchmark)"
+        try:
+            r = await sandbox.arun_python(CODE, mode="strict")
+        finally:
+            sandbox_proc.cgroup_home = real
+        assert r.stdout == "56088\n", r.text()
     else:
         r = await sandbox.arun_python(CODE, mode=mode)
         assert r.stdout == "56088\n", r.text()
@@ -68,7 +79,7 @@ async def main() -> None:
         print(f"strict sandbox unavailable here: {reason}")
         return
     sandbox.check_sandbox("weak")  # prints the weak mode's warning line once
-    modes = ("bare", "weak", "strict")
+    modes = ("bare", "weak", "strict", "split")
     for m in modes:  # warm the page cache and the probes
         await one(m)
     seq = {m: [] for m in modes}
@@ -96,6 +107,9 @@ async def main() -> None:
         print(f"    {m:6s} {wall[m]:6.2f} s  ({BATCH / wall[m]:.0f} calls/s)")
     ratio2 = wall["strict"] / wall["weak"]
     print(f"    strict / weak = {ratio2:.2f}  (target <= 2.0)  {'PASS' if ratio2 <= 2.0 else 'FAIL'}")
+    print(f"    the per-call cgroup: strict / split (strict without one) = {med['strict'] / med['split']:.2f} "
+          f"one after another ({(med['strict'] - med['split']) * 1e3:+.1f} ms), "
+          f"{wall['strict'] / wall['split']:.2f} in the batch")
     print("(3) where the strict overhead goes (medians)")
     print(f"    bwrap building the sandbox around /bin/true: {statistics.median(extra) * 1e3:.1f} ms "
           f"(strict - weak = {(med['strict'] - med['weak']) * 1e3:.1f} ms)")
