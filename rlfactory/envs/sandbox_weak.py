@@ -38,11 +38,11 @@ SHM_BYTES = 4 * 2**20
 # limit) kills every descendant left, re-parented here as this process is a subreaper, then exits
 # with the program's status. Descendants are found by parent pid in /proc (it sees all of them).
 _SUPERVISOR = """
-import os, signal, sys
+import os, signal, sys, time
 {nproc_line}
 def _descendants():
     kids = {{}}
-    for p in os.listdir("/proc"):
+    for p in os.listdir("/proc") if os.path.isdir("/proc") else []:  # no /proc (not Linux): no leftovers found
         if p.isdigit():
             try:
                 with open(f"/proc/{{p}}/stat", "rb") as f:
@@ -68,7 +68,7 @@ def _end(status):
                 pass
         except ChildProcessError:
             os._exit(status)
-        signal.sigtimedwait([signal.SIGCHLD], 0.01)
+        time.sleep(0.01)  # a descendant forked while the list was read: look again
 _program = os.fork()
 if _program == 0:
 {program}
@@ -101,7 +101,8 @@ def _read_only(libc, path: bytes, clear: bool = False, recursive: bool = True) -
 def confine(flags: int, workdir: str, uid: int, gid: int) -> None:
     """In the child between fork and exec: the namespaces of `flags`; with a mount namespace, every
     mount read-only except `workdir` and a fresh `/dev/shm`. Host mounts are untouched."""
-    _set_subreaper()
+    if sys.platform.startswith("linux"):
+        _set_subreaper()
     if not flags:
         return
     libc = _libc()
