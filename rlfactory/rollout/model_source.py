@@ -79,10 +79,28 @@ def _in_hub_cache(repo_id: str) -> bool:
         return False
 
 
+def _hub_refusal(repo_id: str) -> str | None:
+    """Why the Hugging Face Hub will not give `repo_id` (None: it has it, so transformers may fetch
+    it). Asked once, with a short timeout: an offline machine answers at once instead of with the
+    30 s of retries a download attempt costs. HF_HUB_OFFLINE=1 asks nothing."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set and the local Hugging Face cache has no snapshot of it"
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(repo_id, timeout=5)
+    except RepositoryNotFoundError:
+        return "the Hugging Face Hub has no such model (or it is private and no token is set)"
+    except Exception as e:  # noqa: BLE001 - any failure to ask is the reason, in one line
+        return f"it is not in the local Hugging Face cache and the Hub could not be reached ({type(e).__name__})"
+    return None
+
+
 def check_model_path(spec: str) -> None:
-    """A ConfigError (one line) when `model.path` cannot be loaded, found on disk alone, at once:
-    nothing is built, converted or downloaded, and no network is asked (a Hub id counts only when
-    its snapshot is in the local Hugging Face cache)."""
+    """A ConfigError (one line) when `model.path` cannot be loaded, at once: nothing is built or
+    converted, and a Hub id that is not in the local Hugging Face cache is asked of the Hub once
+    (a few seconds at most) before transformers downloads it."""
     from rlfactory.config import closest, did_you_mean
     from rlfactory.tiny.cache import parse_tiny_spec
     from rlfactory.tiny.model import SIZES
@@ -110,16 +128,18 @@ def check_model_path(spec: str) -> None:
         return
     if spec.lower().endswith(".gguf"):
         raise ConfigError(f"model.path: GGUF file not found: {spec}")
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not Path(spec.split("/")[0]).is_dir() and _in_hub_cache(spec):
-        return
+    hub = ""
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not Path(spec.split("/")[0]).is_dir():
+        if _in_hub_cache(spec) or (refusal := _hub_refusal(spec)) is None:
+            return
+        hub = f"; as a Hub id: {refusal}"
     parent = path.parent
     while not parent.is_dir() and parent != parent.parent:
         parent = parent.parent
     near = closest(path.name, [p.name for p in parent.iterdir()]) if path.parent == parent and parent.is_dir() else None
     hint = f"; did you mean {str(parent / near)!r}?" if near else ""
-    raise ConfigError(f"model.path: {spec!r} does not exist (from {os.getcwd()}){hint}; give a Hugging Face folder, a "
-                      f".gguf file, {', '.join('tiny:' + s for s in sorted(SIZES))} or smollm2:135m (a Hub id is used "
-                      "only from the local Hugging Face cache: rlfactory never downloads a model)")
+    raise ConfigError(f"model.path: {spec!r} does not exist (from {os.getcwd()}){hint}{hub}; give a Hugging Face "
+                      f"folder, a Hub id, a .gguf file, {', '.join('tiny:' + s for s in sorted(SIZES))} or smollm2:135m")
 
 
 def gguf_folder(gguf: Path) -> Path:
