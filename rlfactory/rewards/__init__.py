@@ -2,7 +2,8 @@
 
 Rule terms (`@reward_term`, `RuleReward`), model judges (`JudgeReward` over `LocalJudge` or
 `OpenAIJudge`), tool verification (`VerifyReward`), weighted composition (`ComposedReward`),
-and `build_reward(cfg, default)` from the `reward:` config section.
+process rewards per model turn (`@turn_term`, `TurnRuleReward`, `JudgeTurnReward` beside the
+outcome in `WithTurnRewards`), and `build_reward(cfg, default)` from the `reward:` config section.
 
 An `infra_error` trajectory is never scored: rewards raise `UnscorableTrajectory` for one. The
 trainer checks `is_scorable` (or calls `score_all`, which returns None for those) and leaves such
@@ -46,10 +47,12 @@ from rlfactory.rewards.text import (
     tagged_answer,
     token_f1,
 )
+from rlfactory.rewards.turns import JudgeTurnReward, Turn, TurnRuleReward, WithTurnRewards, turn_term
 from rlfactory.rewards.verify import VerifyReward, artifact_arguments, rows_of, same_output, same_rows
 
 __all__ = [
     "ComposedReward",
+    "JudgeTurnReward",
     "DEFAULT_TEMPLATE",
     "FunctionReward",
     "Judge",
@@ -62,9 +65,12 @@ __all__ = [
     "RewardConfig",
     "RewardScore",
     "RuleReward",
+    "Turn",
+    "TurnRuleReward",
     "UnscorableTrajectory",
     "VerifyConfig",
     "VerifyReward",
+    "WithTurnRewards",
     "answer_extractor",
     "artifact_arguments",
     "boxed_answer",
@@ -91,4 +97,5 @@ __all__ = [
     "substring_match",
     "tagged_answer",
     "token_f1",
+    "turn_term",
 ]

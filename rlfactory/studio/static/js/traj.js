@@ -157,7 +157,9 @@ export function renderTrajectory(view, { live = false } = {}) {
     const lps = seg.tokens.map(r => r[2]).filter(x => x !== null);
     const head = h("div", { class: "seghead" }, h("b", {}, role), h("span", {}, `${seg.tokens.length} tokens`),
       role === "model" ? h("span", {}, `policy v${seg.policy_version ?? "?"} · mean sampler logprob ${fmt(lps.reduce((a, b) => a + b, 0) / (lps.length || 1))}`) : null,
-      h("span", {}, role !== "model" ? "not in the loss" : "in the loss"));
+      h("span", {}, role !== "model" ? "not in the loss" : "in the loss"),
+      role === "model" && seg.reward !== null && seg.reward !== undefined ? h("span", { class: "turn-reward" }, "turn reward ",
+        h("b", {}, fmt(seg.reward, 4)), ` (${Object.entries(seg.reward_terms || {}).map(([k, v]) => `${k} ${fmt(v, 4)}`).join(", ")})`) : null);
     const el = h("div", { class: `seg ${role}`, dataset: { role } }, head, tokensEl);
     if (role === "prompt" && seg.tokens.length > 80 && !live) {
       const tail = seg.text.slice(-400);
