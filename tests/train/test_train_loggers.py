@@ -135,7 +135,7 @@ def test_wandb_offline_run_files_hold_config_metrics_table_and_resume_continues_
     for record in records:  # every finite metric of metrics.jsonl, at its step
         (row,) = [h for h in hist if h["_step"] == record["step"] and "reward/mean" in h]
         for key, value in record.items():
-            if key != "step" and isinstance(value, (int, float)):
+            if key not in ("step", "wall_time") and isinstance(value, (int, float)):  # trackers stamp time themselves
                 assert row[key] == pytest.approx(value), key
         assert row["trajectories/_type"] == "table-file" and row["trajectories/nrows"] == 2
     (evaluation,) = read_metrics(run / "eval.jsonl")
@@ -260,9 +260,16 @@ def test_mlflow_server_gone_mid_run_drops_the_tracker_and_logging_goes_on(tmp_pa
 @pytest.mark.slow
 def test_trackio_local_run_holds_config_metrics_and_table(tmp_path):
     cfg = run_config(tmp_path, trainer={"loggers": ["jsonl", "trackio"], "tracker": {"project": "rlf-test"}})
-    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "rlfactory.cli.main", "train", cfg], env=env, capture_output=True,
                           text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    # resumed to step 3: the same Trackio run goes on
+    cfg3 = run_config(tmp_path, trainer={"loggers": ["jsonl", "trackio"], "tracker": {"project": "rlf-test"}, "steps": 3})
+    done = subprocess.run([sys.executable, "-m", "rlfactory.cli.main", "train", cfg3, "--resume"], env=env,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     read = ("import json, sys\nfrom trackio.sqlite_storage import SQLiteStorage as S\n"
             "print(json.dumps({'runs': S.get_runs('rlf-test'), 'logs': S.get_logs('rlf-test', 'run'), "
@@ -271,9 +278,11 @@ def test_trackio_local_run_holds_config_metrics_and_table(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["runs"] == ["run"]
-    assert got["config"]["trainer"]["steps"] == 2
-    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert got["config"]["trainer"]["steps"] == 3  # the resumed run's config
+    assert sorted({r["step"] for r in got["logs"] if "reward/mean" in r}) == [1, 2, 3]
     for record in records:
         (row,) = [r for r in got["logs"] if r.get("step") == record["step"] and "reward/mean" in r]
         assert row["reward/mean"] == pytest.approx(record["reward/mean"])
-        assert row["trajectories"]["_type"] == "trackio.table" and len(row["trajectories"]["_value"]) == 4
+        assert row["accuracy"] == pytest.approx(record["accuracy"])
+        (table,) = [r["trajectories"] for r in got["logs"] if r.get("step") == record["step"] and "trajectories" in r]
+        assert table["_type"] == "trackio.table" and len(table["_value"]) == 4
