@@ -29,6 +29,7 @@ CASES = {
         loss_agg="token-mean", minibatch_size=3, micro_batch_size=1, epochs=2, kl_coef=0.1, entropy_coef=0.01),
     "seq-mean-token-mean, one pass": dict(loss_agg="seq-mean-token-mean"),
     "seq-mean-token-sum-norm, micro 2": dict(loss_agg="seq-mean-token-sum-norm", micro_batch_size=2),
+    "gigpo per-turn advantages, micro 1": dict(advantage="gigpo", micro_batch_size=1, turn_gamma=0.9),
 }
 
 
@@ -45,6 +46,8 @@ def batch():
     ]
     for traj, r in zip(t, [1.0, 0.0, 0.5, 1.5, 2.0, -1.0, None]):
         traj.reward = r  # the last one is unscored (infra_error): out of the baseline and the loss
+    t[0].turn_segments()[0].reward = 0.5  # per-turn rewards: only the turn estimators read them
+    t[4].turn_segments()[0].reward = -0.25
     return t, [0, 0, 0, 0, 1, 1, 1]
 
 

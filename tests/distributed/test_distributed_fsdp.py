@@ -23,8 +23,8 @@ from rlfactory.trajectory import Trajectory  # noqa: E402
 
 @pytest.mark.slow
 def test_fsdp_step_on_two_ranks_equals_the_one_process_step(tmp_path):
-    # Three cases (token-mean with minibatches, micro-batches of 1, 2 epochs, KL and entropy;
-    # seq-mean-token-mean; seq-mean-token-sum-norm with micro-batches of 2) on an uneven batch.
+    # Four cases (token-mean with minibatches, micro-batches of 1, 2 epochs, KL and entropy;
+    # seq-mean-token-mean; seq-mean-token-sum-norm with micro-batches of 2; gigpo, per turn) on an uneven batch.
     fsdp_launch.check_update_report(fsdp_launch.update_report(2, tmp_path / "report.json"), world_size=2)
 
 
