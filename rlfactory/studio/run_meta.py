@@ -48,6 +48,14 @@ def read_notes(run: Path) -> RunNotes:
     return RunNotes(tags, notes)
 
 
+def _unicode(text: str, what: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from the request's JSON: it could not be stored or sent
+        raise MetaError(f"{what}: not valid Unicode (a lone surrogate)") from None
+    return text
+
+
 def clean_tags(raw: Any) -> list[str]:
     """Tags from a request: a list of strings (or one comma-separated string), trimmed, without
     repeats, each 1 to MAX_TAG_CHARS characters without control characters or commas."""
@@ -56,7 +64,7 @@ def clean_tags(raw: Any) -> list[str]:
     if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
         raise MetaError("tags: a list of strings, or one string of comma-separated tags")
     out: list[str] = []
-    for t in (t.strip() for t in raw):
+    for t in (_unicode(t, "tags").strip() for t in raw):
         if not t or t in out:
             continue
         if len(t) > MAX_TAG_CHARS or any(ord(c) < 32 or c == "," for c in t):
@@ -72,7 +80,7 @@ def write_notes(run: Path, tags: Any, notes: Any) -> RunNotes:
     notes = "" if notes is None else notes
     if not isinstance(notes, str):
         raise MetaError("notes: a string")
-    clean = RunNotes(clean_tags(tags if tags is not None else []), notes)
+    clean = RunNotes(clean_tags(tags if tags is not None else []), _unicode(notes, "notes"))
     if len(clean.notes) > MAX_NOTES_CHARS:
         raise MetaError(f"notes: {len(clean.notes)} characters, at most {MAX_NOTES_CHARS}")
     tmp = run / f".{NOTES_FILE}.tmp"

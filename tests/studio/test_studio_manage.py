@@ -148,3 +148,27 @@ def test_what_changed_says_when_no_prompt_recurs(client):
     _write_step(run, 2, [_traj("0", 0, [2], "q", "y", 1.0)])
     d = client.get("/api/run/changes", params={"run": "a", "a": 1, "b": 2}).json()
     assert d["common"] == [] and d["picked"] is None and d["only_a"] == 1 and d["only_b"] == 1
+
+
+def test_hostile_notes_and_a_symlink_out_of_the_runs_folder_change_nothing(client, tmp_path):
+    runs = _runs(client)
+    r = client.post("/api/run/notes", json={"run": "a", "tags": ["ok"], "notes": "x" * 20001})
+    assert r.status_code == 400 and "at most 20000" in r.json()["error"]
+    r = client.post("/api/run/notes", json={"run": "a", "tags": ["bell\x07"], "notes": ""})
+    assert r.status_code == 400 and "control characters" in r.json()["error"]
+    for tags, notes in ((["x"], "\ud800 lone"), (["\udfff"], "")):
+        r = client.post("/api/run/notes", content=json.dumps({"run": "a", "tags": tags, "notes": notes}),
+                        headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and "lone surrogate" in r.json()["error"]
+    assert not (runs / "a" / NOTES_FILE).exists()
+    (runs / "a" / NOTES_FILE).write_text("{not json")  # a damaged file reads as no tags, no notes
+    assert client.get("/api/runs/notes").json()["notes"]["a"] == {"tags": [], "notes": ""}
+    outside = tmp_path / "outside-run"
+    outside.mkdir()
+    (outside / "config.yaml").write_text("model: {path: tiny:1m}\n")
+    (runs / "link").symlink_to(outside)
+    r = client.post("/api/run/delete", json={"run": "link", "confirm": "link"})
+    assert r.status_code == 400 and "outside" in r.json()["error"]
+    r = client.post("/api/run/notes", json={"run": "link", "tags": ["x"]})
+    assert r.status_code == 400
+    assert (outside / "config.yaml").is_file() and not (outside / NOTES_FILE).exists()
