@@ -73,7 +73,7 @@ export async function runsPage(app) {
       h("td", { class: "num" }, fmt(r.reward)), h("td", { class: "num" }, fmt(r.accuracy)),
       h("td", {}, ago(r.started)),
       h("td", { class: "row-actions", onclick: stop },
-        h("button", { class: "chart-btn edit-notes", title: "tags and notes", onclick: () => editNotes(r, tr) }, "edit"),
+        h("button", { class: "chart-btn edit-notes", title: "tags and notes", onclick: () => editNotes(r, tr) }, "tags/notes"),
         h("button", { class: "chart-btn danger delete-run", title: r.status === "running" ? "running: stop it first" : "delete this run",
           disabled: r.status === "running", onclick: () => confirmDelete(r, tr) }, "delete")));
     return tr;
