@@ -15,7 +15,7 @@ import traceback
 from rlfactory.config import ConfigError
 
 # Modules that define subcommands, in the order `--help` lists them.
-COMMAND_MODULES = ["demo", "experiment", "train", "eval", "rollout", "sft", "tools", "serve", "make_tiny_model", "ui",
+COMMAND_MODULES = ["demo", "experiment", "train", "eval", "rollout", "sft", "tools", "envs", "serve", "make_tiny_model", "ui",
                    "bench"]
 
 

@@ -6,12 +6,17 @@ to the config, or an installed package) is imported before `env.name` is looked 
 
 Built-in envs are registered lazily (their modules import only when asked for), so that
 `import rlfactory.envs` stays cheap and a broken optional env never breaks the others.
+
+An installed package registers envs under the entry-point group `rlfactory.envs`
+(`[project.entry-points."rlfactory.envs"] wiki = "my_pkg.env:WikiEnv"`): `env.name: wiki` then
+works with no `env.module`. A built-in name wins over an installed one of the same name.
 """
 
 from __future__ import annotations
 
 import inspect
 import types
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Callable, Iterator, TypeVar
 
 from rlfactory.config import ConfigError
@@ -29,7 +34,34 @@ _BUILTIN: dict[str, str] = {
     "python": "rlfactory.envs.code:CodeEnv",
     "sql": "rlfactory.envs.sql:SqlEnv",
     "calculator": "rlfactory.envs.calculator:CalculatorEnv",
+    "verifiers": "rlfactory.envs.adapters.verifiers_env:VerifiersEnv",
+    "openenv": "rlfactory.envs.adapters.openenv_env:OpenEnvEnv",
 }
+
+ENTRY_POINT_GROUP = "rlfactory.envs"
+
+
+def builtin_envs() -> dict[str, str]:
+    """name -> "module:Class" of the envs that ship with rlfactory."""
+    return dict(_BUILTIN)
+
+
+def installed_envs() -> dict[str, EntryPoint]:
+    """name -> entry point of the envs that installed packages register (group `rlfactory.envs`)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_entry_point(ep: EntryPoint) -> type:
+    """The env class an entry point names; a one-line ConfigError when it cannot be imported."""
+    where = f"{ep.value}" + (f" (package {ep.dist.name})" if ep.dist is not None else "")
+    try:
+        cls = ep.load()
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"env.name: the installed env {ep.name!r} -> {where} cannot be imported: "
+                          f"{type(e).__name__}: {e}") from None
+    if not isinstance(cls, type):
+        raise ConfigError(f"env.name: the installed env {ep.name!r} -> {where} is a {type(cls).__name__}, not a class")
+    return cls
 
 
 def register_env(name: str) -> Callable[[E], E]:
@@ -65,6 +97,9 @@ def env_class(name_or_spec: str | type) -> type:
         return _import_class(_BUILTIN[name_or_spec])
     if ":" in name_or_spec:
         return _import_class(name_or_spec)
+    installed = installed_envs()
+    if name_or_spec in installed:
+        return load_entry_point(installed[name_or_spec])
     known = registered_envs()
     raise ConfigError(
         f"env.name: unknown env {name_or_spec!r}{did_you_mean(name_or_spec, known)} (registered: {', '.join(known)}); "
@@ -74,7 +109,8 @@ def env_class(name_or_spec: str | type) -> type:
 
 
 def registered_envs() -> list[str]:
-    return sorted(set(_REGISTRY) | set(_BUILTIN))
+    """Every env name a config can use: built-in, installed (entry points) and registered in code."""
+    return sorted(set(_REGISTRY) | set(_BUILTIN) | set(installed_envs()))
 
 
 def _has_own_init(cls: type) -> bool:
