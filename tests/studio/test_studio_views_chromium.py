@@ -181,7 +181,7 @@ def _ids(page):
 
 
 def test_runs_search_sort_tags_notes_and_delete(page, studio, runs_root):
-    for name, reward in (("sweep-lo", 0.1), ("sweep-hi", 0.9), ("sweep-mid", 0.5)):
+    for name, reward in (("sweep-lo", 0.1), ("sweep-hi", 0.9), ("sweep-mid", 0.5), ("unrelated", 0.0)):
         _fake_run(runs_root, name, reward)
     busy = _fake_run(runs_root, "sweep-busy", 0.3)
     (busy / "run_state.json").write_text(json.dumps({"state": "running", "pid": os.getpid(), "host": socket.gethostname(),
