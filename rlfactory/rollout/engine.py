@@ -25,7 +25,7 @@ from rlfactory.rollout.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.episode import Setup, rollout_one
 from rlfactory.rollout.generator import GenRequest, GenResult, Generator
 from rlfactory.rollout.sampling import mix_seed
-from rlfactory.tools.base import ToolResult
+from rlfactory.tools.base import ToolResult, ToolSpec
 from rlfactory.trajectory import Trajectory
 
 log = logging.getLogger("rlfactory.rollout")
@@ -138,7 +138,7 @@ class RolloutEngine:
         for row, group in zip(rows, group_names(rows)):
             prompt_ids: list[int] | None
             try:
-                prompt_ids = list(self.tool_manager.render_prompt(self.env.reset(row), specs))
+                prompt_ids = list(self.tool_manager.render_prompt(self.env.reset(row), row_tool_specs(row, specs)))
                 info, error = self.env.info(row), None
             except Exception as e:  # a bad row costs its own trajectories only
                 prompt_ids, info = None, {}
@@ -151,6 +151,24 @@ class RolloutEngine:
                 trajs.append(traj)
                 prompts.append(prompt_ids)
         return trajs, prompts
+
+
+def row_tool_specs(row: dict[str, Any], default: list[ToolSpec]) -> list[ToolSpec]:
+    """The tools a row's prompt shows: its own `tools` column when it has one (OpenAI-style
+    `{"type": "function", "function": {name, description, parameters}}` or the bare function, as
+    TRL's and BFCL's datasets carry them: every row its own functions), else `default` (the env's)."""
+    tools = row.get("tools")
+    if tools is None:
+        return default
+    if not isinstance(tools, list):
+        raise ValueError(f"the row's tools must be a list of functions, not {type(tools).__name__}")
+    specs = []
+    for tool in tools:
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ValueError(f"a tool of the row is not a function with a name: {str(tool)[:200]}")
+        specs.append(ToolSpec(fn["name"], str(fn.get("description", "")), dict(fn.get("parameters") or {})))
+    return specs
 
 
 def failed_trajectories(rows: list[dict[str, Any]], n: int, error: str) -> list[Trajectory]:

@@ -1,0 +1,123 @@
+"""The `bfcl` env: BFCL's single-turn categories as one-turn tool-calling tasks, scored by BFCL.
+
+Each row shows the model its own functions (the row's `tools`, rendered by the model family's
+chat template; or BFCL's system prompt with `prompt_style: bfcl`). The episode ends after the
+first model turn: its calls are recorded on the trajectory (status `not_run`: BFCL's single-turn
+categories are scored, never executed) and the reward is BFCL's AST / relevance verdict.
+
+Splits: `test` and `train` are category lists (by default train on the `live_` categories and
+report on the non-live ones, so the reported questions are never trained on); a category name
+is a split of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls
+from rlfactory.envs.base import Env
+from rlfactory.envs.bfcl.data import PromptStyle, load_category, resolve_categories
+from rlfactory.envs.bfcl.score import Decoded, Verdict, answer_calls, check, decode_prompting
+from rlfactory.envs.registry import register_env
+from rlfactory.rewards.base import RewardScore
+from rlfactory.tools.base import MALFORMED, NOT_RUN
+from rlfactory.trajectory import Status, ToolCallRecord, Trajectory
+
+TRAIN_CATEGORIES = ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple", "live_irrelevance")
+TEST_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+NOT_RUN_NOTE = "BFCL single-turn: calls are scored, not run"
+
+
+def decoded_of(trajectory: Trajectory) -> Decoded:
+    """The first model turn's calls in BFCL's form (`[{name: arguments}]`), or its decode error."""
+    first = [c for c in trajectory.tool_calls if c.turn == 1]
+    bad = next((c for c in first if c.status == MALFORMED), None)
+    if bad is not None:
+        return Decoded(error=bad.error or "malformed call")
+    return Decoded(calls=[{c.name: c.arguments} for c in first])
+
+
+def verdict_of(trajectory: Trajectory) -> Verdict:
+    """BFCL's verdict on a finished bfcl trajectory (the row is in `trajectory.info`)."""
+    return check(trajectory.info, decoded_of(trajectory))
+
+
+class BfclReward:
+    """`correct`: 1.0 when BFCL's checker accepts the first turn's calls, else 0.0."""
+
+    async def score(self, trajectory: Trajectory) -> RewardScore:
+        correct = float(verdict_of(trajectory).valid)
+        return RewardScore(correct, {"correct": correct})
+
+
+@register_env("bfcl")
+class BfclEnv(Env):
+    """Options: `prompt_style` (`tools`: the model's chat template with the row's functions as tools;
+    `bfcl`: BFCL's system prompt, calls written as `[f(a=1)]`, for models without tool support),
+    `test_categories` / `train_categories` (lists or comma-separated; aliases `simple`, `live`,
+    `non_live`, `all`), `limit` (entries per category; None: all), `family` (unused)."""
+
+    name = "bfcl"
+    max_turns = 1
+
+    def __init__(self, *, prompt_style: PromptStyle = "tools", test_categories: Any = TEST_CATEGORIES,
+                 train_categories: Any = TRAIN_CATEGORIES, limit: int | None = None, family: str | None = None,
+                 **options: Any) -> None:
+        super().__init__(**options)
+        if options:
+            raise TypeError(f"bfcl env: unknown option(s) {', '.join(sorted(options))}")
+        if prompt_style not in ("tools", "bfcl"):
+            raise ValueError(f"bfcl env: prompt_style must be 'tools' or 'bfcl', not {prompt_style!r}")
+        self.prompt_style: PromptStyle = prompt_style
+        self.splits = {"test": resolve_categories(test_categories), "train": resolve_categories(train_categories)}
+        self.limit = limit
+
+    def load_split(self, split: str) -> list[dict[str, Any]]:
+        categories = self.splits.get(split)
+        if categories is None:
+            try:
+                categories = resolve_categories(split)
+            except ValueError as e:
+                raise ValueError(f"bfcl env: split {split!r} is neither train, test nor a category ({e})") from None
+        return [row for c in categories for row in load_category(c, self.prompt_style, self.limit)]
+
+    def reset(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [dict(m) for m in row["messages"]]
+
+    def reward(self) -> BfclReward:
+        return BfclReward()
+
+    def end_episode(self, trajectory: Trajectory, turn: ParseResult) -> Status | None:
+        """One turn: record what it called (decoding a `bfcl`-style answer with BFCL's decoder), end."""
+        turn_no = trajectory.turns
+        if isinstance(turn, ToolCalls):
+            trajectory.tool_calls += [ToolCallRecord(c.name, c.arguments, NOT_RUN, 0.0, turn=turn_no, error=NOT_RUN_NOTE)
+                                      for c in turn.calls]
+        elif isinstance(turn, Malformed):
+            trajectory.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=turn_no, error=turn.reason[:200]))
+        elif isinstance(turn, Answer) and self.prompt_style == "bfcl":
+            decoded = decode_prompting(turn.text)
+            if decoded.error is not None:
+                # BFCL counts an undecodable reply as "no call" (right for irrelevance, wrong elsewhere)
+                trajectory.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=turn_no, error=decoded.error))
+            for call in decoded.calls:
+                for name, args in call.items():
+                    trajectory.tool_calls.append(ToolCallRecord(name, args, NOT_RUN, 0.0, turn=turn_no, error=NOT_RUN_NOTE))
+        return "ok"
+
+    def solve(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """The possible answer as one assistant turn (no call for irrelevance: a short refusal)."""
+        truth = row.get("ground_truth")
+        if not truth:
+            return self.reset(row) + [{"role": "assistant", "content": "None of the given functions can be used for this."}]
+        calls = answer_calls(truth)
+        if self.prompt_style == "bfcl":
+            return self.reset(row) + [{"role": "assistant", "content": prompting_text(calls)}]
+        return self.reset(row) + [{"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": name, "arguments": args}} for c in calls for name, args in c.items()]}]
+
+
+def prompting_text(calls: list[dict[str, Any]]) -> str:
+    """Calls written the way BFCL's prompt asks for them: `[f(a=1, b='x'), g()]`."""
+    parts = [f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})" for c in calls for name, args in c.items()]
+    return "[" + ", ".join(parts) + "]"

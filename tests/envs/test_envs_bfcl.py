@@ -1,0 +1,119 @@
+"""The bfcl env's data, decoding and scoring on bfcl-eval's real data: verdicts are the package's
+own (ast_checker, its prompting decoder), checked here on possible answers and on wrong ones."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("bfcl_eval")
+
+from rlfactory.chat.base import Answer, Malformed, ToolCalls  # noqa: E402
+from rlfactory.envs.bfcl.data import load_category, openai_tools, resolve_categories  # noqa: E402
+from rlfactory.envs.bfcl.env import BfclEnv, prompting_text  # noqa: E402
+from rlfactory.envs.bfcl.score import Decoded, accuracy_summary, answer_calls, check, decode_prompting  # noqa: E402
+from rlfactory.rollout.engine import row_tool_specs  # noqa: E402
+from rlfactory.tools.base import ToolCall, ToolSpec  # noqa: E402
+from rlfactory.trajectory import Trajectory  # noqa: E402
+
+
+UNANSWERABLE = {"live_simple": ["live_simple_106-63-0", "live_simple_112-68-0"]}
+
+
+@pytest.mark.parametrize("category", ["simple_python", "multiple", "parallel", "live_simple", "live_parallel",
+                                      "live_parallel_multiple"])
+def test_possible_answers_pass_bfcls_checker_and_a_changed_value_does_not(category):
+    rows = load_category(category)
+    rejected = [row["id"] for row in rows if not check(row, Decoded(answer_calls(row["ground_truth"]))).valid]
+    # two live_simple entries give a required parameter no allowed value ([]): BFCL's checker accepts
+    # no answer to them at all (an empty list is a type error there too)
+    assert rejected == UNANSWERABLE.get(category, [])
+    row = rows[0]
+    calls = answer_calls(row["ground_truth"])
+    name, args = next(iter(calls[0].items()))
+    key = next(iter(args))
+    broken = [{name: dict(args, **{key: "certainly not this"})}] + calls[1:]
+    verdict = check(row, Decoded(broken))
+    assert not verdict.valid and verdict.error_type  # BFCL's own error type, e.g. value_error:string
+    assert not check(row, Decoded([{"made_up": {}}] + calls[1:])).valid
+    assert not check(row, Decoded(error="SyntaxError: nope")).valid
+
+
+def test_irrelevance_passes_without_a_call_and_fails_with_one():
+    row = load_category("irrelevance", limit=1)[0]
+    assert check(row, Decoded([])).valid
+    assert check(row, Decoded(error="not a call")).valid  # BFCL: undecodable output is no call
+    verdict = check(row, Decoded([{row["functions"][0]["name"]: {}}]))
+    assert not verdict.valid and verdict.error_type == "irrelevance_error:decoder_success"
+
+
+def test_prompting_style_decodes_with_bfcls_decoder():
+    row = load_category("parallel", "bfcl", limit=1)[0]
+    assert "You are an expert in composing functions" in row["messages"][0]["content"]  # BFCL's system prompt
+    assert "tools" not in row
+    text = prompting_text(answer_calls(row["ground_truth"]))
+    assert decode_prompting(text).calls == answer_calls(row["ground_truth"])
+    assert check(row, decode_prompting(text)).valid
+    assert decode_prompting("I would rather not.").error
+
+
+def test_tools_keep_bfcl_names_and_get_json_schema_types():
+    row = load_category("simple_python", limit=2)[1]  # math.factorial: a dotted name
+    tools = openai_tools(row["functions"])
+    assert tools[0]["function"]["name"] == "math.factorial"
+    assert tools[0]["function"]["parameters"]["type"] == "object"  # BFCL's "dict"
+    assert row["tools"] == tools
+    specs = row_tool_specs(row, [ToolSpec("env_tool", "", {})])
+    assert [s.name for s in specs] == ["math.factorial"]
+    assert [s.name for s in row_tool_specs({}, [ToolSpec("env_tool", "", {})])] == ["env_tool"]
+    with pytest.raises(ValueError, match="not a function with a name"):
+        row_tool_specs({"tools": [{"function": {"description": "no name"}}]}, [])
+    with pytest.raises(ValueError, match="must be a list"):
+        row_tool_specs({"tools": "add"}, [])
+
+
+def test_categories_resolve_aliases_and_name_the_unknown():
+    assert resolve_categories("simple,live,simple") == ["simple_python", "live_simple", "live_multiple",
+                                                       "live_parallel", "live_parallel_multiple",
+                                                       "live_irrelevance", "live_relevance"]
+    with pytest.raises(ValueError, match="'simpel'.*choose from"):
+        resolve_categories("simpel")
+    with pytest.raises(ValueError, match="not supported yet"):
+        resolve_categories(["multi_turn_base"])
+
+
+def test_env_records_the_turns_calls_and_scores_them():
+    env = BfclEnv(limit=1)
+    row = env.load_split("simple")[0]
+    (name, args), = answer_calls(row["ground_truth"])[0].items()
+    for turn, right in [(ToolCalls([ToolCall(name, args)]), 1.0), (ToolCalls([ToolCall(name, {})]), 0.0),
+                        (Malformed("bad json"), 0.0), (Answer("no idea"), 0.0)]:
+        traj = Trajectory(id="t", group="g", info=env.info(row), turns=1)
+        assert env.end_episode(traj, turn) == "ok"
+        score = asyncio.run(env.reward().score(traj))
+        assert score.terms == {"correct": right}, turn
+    assert env.max_turns == 1
+
+
+def test_splits_keep_reported_questions_out_of_training():
+    env = BfclEnv(limit=3)
+    test, train = env.load_split("test"), env.load_split("train")
+    assert {r["category"] for r in test} == {"simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance"}
+    assert all(r["category"].startswith("live_") for r in train)
+    with pytest.raises(ValueError, match="neither train, test nor a category"):
+        env.load_split("validation")
+
+
+def test_solver_gives_the_possible_answer_in_each_style():
+    row = load_category("parallel", limit=1)[0]
+    demo = BfclEnv().solve(row)
+    assert demo[-1]["tool_calls"][0]["function"]["name"] == "spotify.play" and len(demo[-1]["tool_calls"]) == 2
+    row = load_category("parallel", "bfcl", limit=1)[0]
+    assert BfclEnv(prompt_style="bfcl").solve(row)[-1]["content"].startswith("[spotify.play(")
+
+
+def test_summary_uses_bfcls_weighting():
+    s = accuracy_summary({"simple_python": (1.0, 400), "multiple": (0.5, 200), "live_simple": (1.0, 100),
+                          "live_multiple": (0.0, 300), "irrelevance": (0.25, 240)})
+    assert s == {"non_live_ast": 0.75, "live_ast": 0.25, "irrelevance": 0.25}
