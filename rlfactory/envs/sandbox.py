@@ -65,8 +65,8 @@ import sys
 
 from rlfactory.config import ConfigError
 from rlfactory.envs.sandbox_bwrap import SHM_BYTES, bwrap_command, enter_layout, sandbox_layout
-from rlfactory.envs.sandbox_proc import (RUN_PROGRAM, SANDBOX_ENV, SandboxResult, kill_group, make_budget, rlimits,
-                                         set_rlimits, supervise)
+from rlfactory.envs.sandbox_proc import (RUN_PROGRAM, SANDBOX_ENV, SandboxResult, budget_summary, has_cgroup,
+                                         kill_group, make_budget, rlimits, set_rlimits, supervise)
 from rlfactory.envs.sandbox_weak import arun_weak, weak_summary
 
 __all__ = ["SANDBOX_MODES", "SandboxResult", "SandboxUnavailable", "arun_python", "check_sandbox", "run_python",
@@ -118,8 +118,16 @@ def check_sandbox(mode: str) -> None:
             raise SandboxUnavailable(
                 f"refusing to run model-written code: {reason}. To run it without isolation anyway, "
                 f"set env.options.sandbox: weak (unsafe)")
+        _note_no_cgroup()
     else:
         _warn_weak()
+
+
+@functools.lru_cache(maxsize=1)
+def _note_no_cgroup() -> None:
+    """Say once, at start-up, that memory_mb is split here (each process gets a share, not all of it)."""
+    if not has_cgroup():
+        print(f"rlfactory: sandbox: {budget_summary(True)}", file=sys.stderr, flush=True)
 
 
 @functools.lru_cache(maxsize=1)

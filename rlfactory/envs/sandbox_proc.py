@@ -100,6 +100,10 @@ def make_budget(memory_mb: int, max_processes: int, files_mb: int, count_process
     return Budget(None, memory_mb // shares, min(max_processes, shares - 1), memory_mb)
 
 
+def has_cgroup() -> bool:
+    return not isinstance(cgroup_home(), str)
+
+
 def budget_summary(count_processes: bool) -> str:
     """One phrase: how memory_mb holds on this machine."""
     home = cgroup_home()

@@ -126,6 +126,20 @@ def test_cgroups_left_by_a_killed_trainer_are_removed_at_the_next_start():
                 os.rmdir(d)
 
 
+def test_strict_says_at_start_up_when_memory_mb_is_split(no_cgroup, capsys):
+    from rlfactory.envs import sandbox
+
+    sandbox._note_no_cgroup.cache_clear()
+    try:
+        sandbox.check_sandbox("strict")
+        sandbox.check_sandbox("strict")
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line == ("rlfactory: sandbox: memory_mb is split into 128 MB shares among fewer processes "
+                        "(no cgroup here: no cgroup (test))")
+    finally:
+        sandbox._note_no_cgroup.cache_clear()
+
+
 def test_a_killed_sandbox_says_why():
     r = sandbox_proc.SandboxResult("", "", 137, False, 5.0, killed="out of memory: x")
     assert not r.ok and r.text() == "error: killed: out of memory: x"
