@@ -125,7 +125,7 @@ def _train(cfg: Path, *extra: str) -> subprocess.Popen:
 def _outcome(run_dir: Path) -> tuple[list[dict], list[str]]:
     metrics = run_dir / "metrics.jsonl"
     records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
-    trajs = sorted(p.name for p in (run_dir / "trajectories").glob("*.jsonl")) if (run_dir / "trajectories").exists() else []
+    trajs = sorted(p.name for p in (run_dir / "trajectories").glob("*.jsonl"))  # none: an empty list
     return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in records], trajs
 
 
@@ -161,8 +161,8 @@ def kill_row(kills: int, seed: int, tmp: Path, steps: int = 2) -> Row:
         same = resumed.returncode == 0 and _outcome(run_dir) == expected
         held += same
         notes.append(f"killed at {moment:.1f} s of {whole:.1f} s ({state}): resumed "
-                     + ("with identical metrics and trajectories" if same else f"DIFFERENTLY (exit {resumed.returncode}) "
-                        f"{err[-300:]}"))
+                     + ("with identical metrics and trajectories" if same
+                        else f"DIFFERENTLY (exit {resumed.returncode}) {err[-300:]}"))
     return Row("kill -9 of `rlfactory train` at a random moment, then `--resume`", f"{kills} moments",
                f"{held} resumed bit-exact", held == kills, time.monotonic() - t0, notes,
                f"this script: tiny:1m, the python env, {steps} steps, a checkpoint each step; seed {seed}")

@@ -118,7 +118,8 @@ def confine(flags: int, workdir: str, uid: int, gid: int) -> None:
         _read_only(libc, workdir.encode(), clear=True, recursive=False)
         os.chdir(workdir)  # the cwd was entered before the bind: it would stay on the read-only mount below
         if os.path.isdir("/dev/shm"):
-            _check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, f"size={SHM_BYTES},mode=1777".encode()),
+            options = f"size={SHM_BYTES},mode=1777".encode()
+            _check(libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, options),
                    "tmpfs on /dev/shm")
 
 
@@ -181,8 +182,9 @@ async def arun_weak(code: str, *, timeout_s: float, memory_mb: int, max_output_c
             set_rlimits(limits)
 
         nproc = budget.max_processes
+        nproc_line = f"import resource\nresource.setrlimit(resource.RLIMIT_NPROC, ({nproc}, {nproc}))"
         bootstrap = _SUPERVISOR.format(
-            nproc_line=f"import resource\nresource.setrlimit(resource.RLIMIT_NPROC, ({nproc}, {nproc}))" if nproc else "",
+            nproc_line=nproc_line if nproc else "",
             program="\n".join("    " + line for line in RUN_PROGRAM.format().splitlines()))
         try:
             proc = await asyncio.create_subprocess_exec(

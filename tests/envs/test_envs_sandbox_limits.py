@@ -215,7 +215,8 @@ for mod in ("sandbox_cgroup", "sandbox_proc", "sandbox_weak"):
     sys.modules[spec.name] = m
     spec.loader.exec_module(m)
 weak = sys.modules["rlfactory.envs.sandbox_weak"]
-code = (f"import os, subprocess, sys\\ntry:\\n    open({outside!r}, 'w')\\nexcept OSError as e:\\n    print(e.strerror)\\n"
+code = (f"import os, subprocess, sys\\ntry:\\n    open({outside!r}, 'w')\\n"
+        f"except OSError as e:\\n    print(e.strerror)\\n"
         f"open('here', 'w').write('1')\\nprint(os.getuid(), os.listdir('.'))\\n"
         f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', {token!r}], start_new_session=True)\\n"
         f"try:\\n    print(subprocess.Popen([sys.executable, '-c', 'pass']).wait())\\n"
