@@ -58,7 +58,8 @@ def _runs(client) -> Path:
 def test_tags_and_notes_live_in_their_own_file_and_bad_ones_write_nothing(client):
     run = _runs(client) / "a"
     metrics = (run / "metrics.jsonl").read_bytes()
-    r = client.post("/api/run/notes", json={"run": "a", "tags": [" baseline ", "lr-sweep", "baseline"], "notes": "first try"})
+    r = client.post("/api/run/notes", json={"run": "a", "tags": [" baseline ", "lr-sweep", "baseline"],
+                                            "notes": "first try"})
     assert r.status_code == 200 and r.json()["tags"] == ["baseline", "lr-sweep"]
     assert json.loads((run / NOTES_FILE).read_text()) == {"tags": ["baseline", "lr-sweep"], "notes": "first try"}
     assert (run / "metrics.jsonl").read_bytes() == metrics
@@ -120,7 +121,8 @@ def _write_step(run: Path, step: int, trajs: list[dict]) -> None:
 
 def test_what_changed_matches_a_prompt_by_its_tokens_not_its_group_name(client):
     run = _runs(client) / "a"
-    _write_step(run, 1, [_traj("0", 0, [1, 2, 3], "2+2?", "five", 0.0), _traj("0", 1, [1, 2, 3], "2+2?", "5", 0.0, "truncated"),
+    _write_step(run, 1, [_traj("0", 0, [1, 2, 3], "2+2?", "five", 0.0),
+                         _traj("0", 1, [1, 2, 3], "2+2?", "5", 0.0, "truncated"),
                          _traj("1", 0, [4, 5], "3*3?", "9", 1.0), _traj("1", 1, [4, 5], "3*3?", "6", 0.0)])
     # step 2: "2+2?" comes back under another group name; "0" is now a different prompt
     _write_step(run, 2, [_traj("0", 0, [6], "1+1?", "2", 1.0), _traj("0", 1, [6], "1+1?", "2", 1.0),

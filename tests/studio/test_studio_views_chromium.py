@@ -68,9 +68,11 @@ def test_chart_math_matches_its_definitions(page, studio):
     got = page.evaluate("""async () => {
       const m = await import('/static/js/chart_math.js');
       return { ema: m.ema([1, 2, null, 3], 0.5), flat: m.ema([2, 2, 2], 0.9), none: m.ema([1, 5], 0),
-               log: m.logTicks(-1.2, 0.5), logWide: m.logTicks(-3.5, 2.2), dur: [0, 59, 90, 3600, 3725, 90061].map(m.duration),
+               log: m.logTicks(-1.2, 0.5), logWide: m.logTicks(-3.5, 2.2),
+               dur: [0, 59, 90, 3600, 3725, 90061].map(m.duration),
                times: m.relativeTimes([100.5, 102, null], null), cum: m.relativeTimes(null, [2, 3, null, 1]),
-               csv: m.toCsv([{ name: 'a', steps: [1, 2], values: [1, 3], times: [0, 5] }, { name: 'b,c', steps: [2], values: [7], times: [5] }], 0.5) };
+               csv: m.toCsv([{ name: 'a', steps: [1, 2], values: [1, 3], times: [0, 5] },
+                             { name: 'b,c', steps: [2], values: [7], times: [5] }], 0.5) };
     }""")
     assert got["ema"][0] == 1 and got["ema"][1] == pytest.approx(1.25 / 0.75) and got["ema"][2] is None
     assert got["ema"][3] == pytest.approx(_ema([1, 2, 3], 0.5)[2])
@@ -167,8 +169,10 @@ def test_chart_smoothing_log_time_zoom_pan_and_downloads(page, studio, views_run
 def _fake_run(runs_root, name, reward, steps=3, config="", old=True):
     run = runs_root / name
     run.mkdir(exist_ok=True)
-    (run / "config.yaml").write_text(config or f"model: {{path: tiny:1m}}\nenv: {{name: code}}\ntrainer: {{steps: 10, lr: {reward}}}\n")
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward/mean": reward}) + "\n" for s in range(1, steps + 1)))
+    (run / "config.yaml").write_text(config or "model: {path: tiny:1m}\nenv: {name: code}\n"
+                                     f"trainer: {{steps: 10, lr: {reward}}}\n")
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward/mean": reward}) + "\n"
+                                               for s in range(1, steps + 1)))
     if old:
         t = time.time() - 7200
         for f in run.iterdir():
