@@ -271,10 +271,20 @@ def test_stop_on_the_run_page(page, studio, runs_root):
         time.sleep(0.2)
     page.goto(f"{studio.url}/#/run/to-stop")
     page.wait_for_selector(f"#stop-run[data-job='{job['id']}']:not([disabled])")
+    # the time axis follows a live run too: each new record extends it by its wall_time
+    page.select_option("#x-axis", "time")
+    page.wait_for_selector(".chart[data-title='Reward'][data-x1]")
+    x1 = float(_data(page, "Reward", "x1") or 0)
+    page.wait_for_function(f"Number(document.querySelector(\".chart[data-title='Reward']\").dataset.x1) > {x1}",
+                           timeout=120000)
+    shown = float(_data(page, "Reward", "x1"))
+    page.select_option("#x-axis", "step")
     page.click("#stop-run")
     page.wait_for_selector("#run-status .badge.stopped", timeout=90000)
     assert studio.api(f"/api/job?id={job['id']}").json()["job"]["state"] == "stopped"
     assert page.query_selector("#stop-run") is None  # a stopped run offers Resume, not Stop
+    records = _records(run)
+    assert shown <= records[-1]["wall_time"] - records[0]["wall_time"] + 1e-6 and shown > 0
 
 
 def test_stop_is_offered_only_for_studio_jobs(page, studio, runs_root):
