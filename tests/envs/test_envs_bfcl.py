@@ -11,8 +11,9 @@ pytest.importorskip("bfcl_eval")
 
 from rlfactory.chat.base import Answer, Malformed, ToolCalls  # noqa: E402
 from rlfactory.envs.bfcl.data import load_category, openai_tools, resolve_categories  # noqa: E402
-from rlfactory.envs.bfcl.env import BfclEnv, prompting_text  # noqa: E402
+from rlfactory.envs.bfcl.env import TRAIN_CATEGORIES, BfclEnv, BfclReward, prompting_text  # noqa: E402
 from rlfactory.envs.bfcl.score import Decoded, accuracy_summary, answer_calls, check, decode_prompting  # noqa: E402
+from rlfactory.envs.bfcl.split import overlap  # noqa: E402
 from rlfactory.rollout.engine import row_tool_specs  # noqa: E402
 from rlfactory.tools.base import ToolCall, ToolSpec  # noqa: E402
 from rlfactory.trajectory import Trajectory  # noqa: E402
@@ -92,15 +93,46 @@ def test_env_records_the_turns_calls_and_scores_them():
         traj = Trajectory(id="t", group="g", info=env.info(row), turns=1)
         assert env.end_episode(traj, turn) == "ok"
         score = asyncio.run(env.reward().score(traj))
-        assert score.terms == {"correct": right}, turn
+        assert score.terms["correct"] == right and score.total == right, turn
     assert env.max_turns == 1
 
 
-def test_splits_keep_reported_questions_out_of_training():
-    env = BfclEnv(limit=3)
+def test_shaping_terms_give_partial_credit_and_count_in_the_total_by_weight():
+    env = BfclEnv(limit=1, shaping=0.5)
+    row = env.load_split("simple")[0]  # calculate_triangle_area(base=10, height=5[, unit])
+    (name, args), = answer_calls(row["ground_truth"])[0].items()
+    cases = [
+        (ToolCalls([ToolCall(name, args)]), {"correct": 1.0, "format": 1.0, "name_match": 1.0, "arg_match": 1.0}),
+        (ToolCalls([ToolCall(name, {"base": 10})]), {"correct": 0.0, "format": 1.0, "name_match": 1.0,
+                                                     "arg_match": 1 / len(args)}),
+        (ToolCalls([ToolCall("other", args)]), {"correct": 0.0, "format": 1.0, "name_match": 0.0, "arg_match": 0.0}),
+        (Malformed("bad json"), {"correct": 0.0, "format": 0.0, "name_match": 0.0, "arg_match": 0.0}),
+    ]
+    for turn, want in cases:
+        traj = Trajectory(id="t", group="g", info=env.info(row), turns=1)
+        env.end_episode(traj, turn)
+        score = asyncio.run(env.reward().score(traj))
+        assert score.terms == pytest.approx(want), turn
+        assert score.total == pytest.approx(want["correct"] + 0.5 * (want["format"] + want["name_match"] + want["arg_match"]))
+    irrelevant = BfclEnv(limit=1).load_split("irrelevance")[0]
+    traj = Trajectory(id="t", group="g", info=irrelevant, turns=1)
+    BfclEnv().end_episode(traj, Answer("none fits"))
+    assert asyncio.run(BfclReward(1.0).score(traj)).terms == {"correct": 1.0, "format": 1.0, "name_match": 1.0,
+                                                              "arg_match": 1.0}
+
+
+def test_splits_keep_reported_questions_and_functions_out_of_training(capsys):
+    env = BfclEnv()
     test, train = env.load_split("test"), env.load_split("train")
     assert {r["category"] for r in test} == {"simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance"}
     assert all(r["category"].startswith("live_") for r in train)
+    everything = [r for c in TRAIN_CATEGORIES for r in load_category(c)]
+    assert overlap(everything, test)  # BFCL's live and non-live sets do share names and questions
+    assert not overlap(train, test) and 0 < len(train) < len(everything)
+    line = capsys.readouterr().err.strip()
+    assert line == (f"bfcl split: {len(train)} of {len(everything)} train entries kept; "
+                    f"{len(everything) - len(train)} dropped for sharing a function name or a question with the "
+                    f"{len(test)} report entries; the rest share none")
     with pytest.raises(ValueError, match="neither train, test nor a category"):
         env.load_split("validation")
 

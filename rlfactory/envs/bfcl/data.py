@@ -2,7 +2,8 @@
 
 A row: `id` (BFCL's entry id), `category`, `question` (the last user message's text),
 `messages` (the first turn's chat messages, as BFCL sends them), `functions` (BFCL's function
-docs, with its language hints), `ground_truth` (its possible answers; None for (ir)relevance),
+docs as the model sees them, with its language hints), `checker_functions` (the same docs without
+the hints, as BFCL's eval runner hands them to its checker), `ground_truth` (its possible answers; None for (ir)relevance),
 `prompt_style`, and in the `tools` style `tools`: the functions as JSON-schema tools (BFCL's own
 type conversion), which the rollout engine renders for that row instead of the env's tools.
 """
@@ -75,6 +76,7 @@ def load_category(category: str, style: PromptStyle = "tools", limit: int | None
     """The entries of one single-turn `category` as rows (the first `limit` of them)."""
     b = bfcl()
     entries = b.utils.load_dataset_entry(category)
+    plain = {e["id"]: e["function"] for e in b.utils.load_dataset_entry(category, include_language_specific_hint=False)}
     truth: dict[str, Any] = {}
     if not b.utils.is_relevance_or_irrelevance(category):
         truth = {e["id"]: e["ground_truth"] for e in b.utils.load_ground_truth_entry(category)}
@@ -87,7 +89,7 @@ def load_category(category: str, style: PromptStyle = "tools", limit: int | None
         user = [m["content"] for m in messages if m.get("role") == "user"]
         row: dict[str, Any] = {
             "id": entry["id"], "category": category, "question": user[-1] if user else "",
-            "messages": messages, "functions": functions, "ground_truth": truth.get(entry["id"]),
+            "messages": messages, "functions": functions, "checker_functions": plain[entry["id"]], "ground_truth": truth.get(entry["id"]),
             "prompt_style": style,
         }
         if not b.utils.is_relevance_or_irrelevance(category) and row["ground_truth"] is None:

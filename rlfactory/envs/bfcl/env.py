@@ -6,18 +6,21 @@ first model turn: its calls are recorded on the trajectory (status `not_run`: BF
 categories are scored, never executed) and the reward is BFCL's AST / relevance verdict.
 
 Splits: `test` and `train` are category lists (by default train on the `live_` categories and
-report on the non-live ones, so the reported questions are never trained on); a category name
-is a split of its own.
+report on the non-live ones); `train` also drops every entry that shares a function name or a
+question with `test` (split.py), and prints how many; a category name is a split of its own.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls
 from rlfactory.envs.base import Env
 from rlfactory.envs.bfcl.data import PromptStyle, load_category, resolve_categories
 from rlfactory.envs.bfcl.score import Decoded, Verdict, answer_calls, check, decode_prompting
+from rlfactory.envs.bfcl.shaping import shaping_terms
+from rlfactory.envs.bfcl.split import without_report
 from rlfactory.envs.registry import register_env
 from rlfactory.rewards.base import RewardScore
 from rlfactory.tools.base import MALFORMED, NOT_RUN
@@ -43,11 +46,17 @@ def verdict_of(trajectory: Trajectory) -> Verdict:
 
 
 class BfclReward:
-    """`correct`: 1.0 when BFCL's checker accepts the first turn's calls, else 0.0."""
+    """`correct`: 1.0 when BFCL's checker accepts the first turn's calls, else 0.0; plus the shaping
+    terms `format`, `name_match`, `arg_match` (shaping.py), each weighted by `shaping` in the total
+    (0: the total is BFCL's verdict alone; accuracy always reads `correct`)."""
+
+    def __init__(self, shaping: float = 0.0) -> None:
+        self.shaping = float(shaping)
 
     async def score(self, trajectory: Trajectory) -> RewardScore:
         correct = float(verdict_of(trajectory).valid)
-        return RewardScore(correct, {"correct": correct})
+        terms = shaping_terms(trajectory.info, decoded_of(trajectory))
+        return RewardScore(correct + self.shaping * sum(terms.values()), {"correct": correct, **terms})
 
 
 @register_env("bfcl")
@@ -55,13 +64,15 @@ class BfclEnv(Env):
     """Options: `prompt_style` (`tools`: the model's chat template with the row's functions as tools;
     `bfcl`: BFCL's system prompt, calls written as `[f(a=1)]`, for models without tool support),
     `test_categories` / `train_categories` (lists or comma-separated; aliases `simple`, `live`,
-    `non_live`, `all`), `limit` (entries per category; None: all), `family` (unused)."""
+    `non_live`, `all`), `limit` (entries per category; None: all), `shaping` (weight of each
+    ToolRL-style shaping term in the reward; 0), `family` (unused)."""
 
     name = "bfcl"
     max_turns = 1
 
     def __init__(self, *, prompt_style: PromptStyle = "tools", test_categories: Any = TEST_CATEGORIES,
-                 train_categories: Any = TRAIN_CATEGORIES, limit: int | None = None, family: str | None = None,
+                 train_categories: Any = TRAIN_CATEGORIES, limit: int | None = None, shaping: float = 0.0,
+                 family: str | None = None,
                  **options: Any) -> None:
         super().__init__(**options)
         if options:
@@ -71,6 +82,7 @@ class BfclEnv(Env):
         self.prompt_style: PromptStyle = prompt_style
         self.splits = {"test": resolve_categories(test_categories), "train": resolve_categories(train_categories)}
         self.limit = limit
+        self.shaping = float(shaping)
 
     def load_split(self, split: str) -> list[dict[str, Any]]:
         categories = self.splits.get(split)
@@ -79,13 +91,17 @@ class BfclEnv(Env):
                 categories = resolve_categories(split)
             except ValueError as e:
                 raise ValueError(f"bfcl env: split {split!r} is neither train, test nor a category ({e})") from None
-        return [row for c in categories for row in load_category(c, self.prompt_style, self.limit)]
+        rows = [row for c in categories for row in load_category(c, self.prompt_style, self.limit)]
+        if split == "train" and self.splits["test"]:
+            rows, line = without_report(rows, self.load_split("test"))
+            print(line, file=sys.stderr)
+        return rows
 
     def reset(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         return [dict(m) for m in row["messages"]]
 
     def reward(self) -> BfclReward:
-        return BfclReward()
+        return BfclReward(self.shaping)
 
     def end_episode(self, trajectory: Trajectory, turn: ParseResult) -> Status | None:
         """One turn: record what it called (decoding a `bfcl`-style answer with BFCL's decoder), end."""

@@ -1,0 +1,41 @@
+"""Shaping terms for training on BFCL, after ToolRL (Qian et al. 2025): partial credit for the
+format, the function names and the argument names of the calls, beside BFCL's all-or-nothing
+verdict. Each term is in [0, 1]; the verdict itself stays BFCL's.
+
+- `format`: 1 when the turn decoded (calls, or for an (ir)relevance entry any reply); 0 when the
+  model tried a call that could not be parsed.
+- `name_match`: Jaccard similarity of the called function names and the possible answer's (for
+  irrelevance, 1 without a call, else 0).
+- `arg_match`: per expected call, the Jaccard similarity of its argument names with those of the
+  best call of the same name (0 when none), averaged over the expected calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlfactory.envs.bfcl.score import Decoded, answer_calls
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def shaping_terms(row: dict[str, Any], decoded: Decoded) -> dict[str, float]:
+    """{format, name_match, arg_match} for `decoded` against `row`'s possible answer."""
+    truth = row.get("ground_truth")
+    calls = [(name, args) for c in decoded.calls if isinstance(c, dict) for name, args in c.items()]
+    if not truth:  # (ir)relevance: no expected call
+        no_call = float(not calls)
+        hit = no_call if "irrelevance" in row["category"] else 1.0 - no_call
+        return {"format": 1.0, "name_match": hit, "arg_match": hit}
+    if decoded.error is not None:
+        return {"format": 0.0, "name_match": 0.0, "arg_match": 0.0}
+    expected = [(name, args) for c in answer_calls(truth) for name, args in c.items()]
+    names = _jaccard({n for n, _ in calls}, {n for n, _ in expected})
+    per_call = []
+    for name, args in expected:
+        keys = set(args)
+        scores = [_jaccard(set(a) if isinstance(a, dict) else set(), keys) for n, a in calls if n == name]
+        per_call.append(max(scores, default=0.0))
+    return {"format": 1.0, "name_match": names, "arg_match": sum(per_call) / len(per_call)}
