@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -160,15 +161,22 @@ class TurnRuleReward:
                     value = _TURN_TERMS[name].fn(trajectory, turn, **self._kwargs(name, refs))
                     if inspect.isawaitable(value):
                         value = await value
+                    if value is not None:
+                        terms[name] = finite(value)
                 except Exception as e:  # the user's term: name it and the row in one line
                     raise term_error(f"{name} (turn {turn.index})", e, trajectory) from e
-                if value is not None:
-                    terms[name] = float(value)
             out.append(RewardScore(sum(self.weights[n] * v for n, v in terms.items()), terms))
         return out
 
     async def score_turns_many(self, trajectories: Sequence[Trajectory]) -> list[list[RewardScore]]:
         return list(await asyncio.gather(*(self.score_turns(t) for t in trajectories)))
+
+
+def finite(value: Any) -> float:
+    """`value` as a float; a ValueError for what is not a finite number (it would reach the advantages)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"returned {value!r:.100}, not a finite number or None")
+    return float(value)
 
 
 def merge_turn_scores(parts: Sequence[list[RewardScore]]) -> list[RewardScore]:

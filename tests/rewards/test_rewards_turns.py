@@ -104,6 +104,17 @@ def test_a_turn_term_that_raises_is_named_with_its_turn_and_row():
     assert "test_turns:boom (turn 2)" in msg and "ZeroDivisionError" in msg and "row 'q1'" in msg and "\n" not in msg
 
 
+@turn_term("test_turns:hostile")
+def hostile(trajectory, turn):
+    return [float("nan"), "1.0", 1.0][turn.index - 1]
+
+
+def test_a_turn_term_that_returns_no_finite_number_is_named():
+    reward = build_reward(validate(RewardConfig, {"terms": {"format": 1.0}, "turn_terms": {"test_turns:hostile": 1.0}}))
+    with pytest.raises(ConfigError, match=r"'test_turns:hostile \(turn 1\)'.*returned nan, not a finite number"):
+        score(reward, [search_traj()])
+
+
 def test_turn_term_config_mistakes_are_one_line_errors():
     with pytest.raises(ConfigError, match=r"unknown turn term 'tool_sucess'.*tool_success"):
         build_reward(validate(RewardConfig, {"terms": {"format": 1.0}, "turn_terms": {"tool_sucess": 1.0}}))
