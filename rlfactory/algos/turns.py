@@ -31,7 +31,8 @@ def _check(outcome: Tensor, turn_rewards: Tensor, turn_mask: Tensor, groups: Ten
     if outcome.dim() != 1 or groups.shape != (b,) or valid.shape != (b,):
         raise ValueError(f"outcome, groups, valid must be [B]; got {outcome.shape}, {groups.shape}, {valid.shape}")
     if turn_rewards.dim() != 2 or turn_rewards.shape[0] != b or turn_mask.shape != turn_rewards.shape:
-        raise ValueError(f"turn_rewards and turn_mask must be [B, K] with B={b}; got {turn_rewards.shape}, {turn_mask.shape}")
+        raise ValueError(f"turn_rewards and turn_mask must be [B, K] with B={b}; "
+                         f"got {turn_rewards.shape}, {turn_mask.shape}")
 
 
 def turn_returns(outcome: Tensor, turn_rewards: Tensor, turn_mask: Tensor, gamma: float = 1.0,
@@ -54,7 +55,9 @@ def turn_returns(outcome: Tensor, turn_rewards: Tensor, turn_mask: Tensor, gamma
 
 def _episode_returns(outcome: Tensor, returns: Tensor, turn_mask: Tensor) -> Tensor:
     """[B]: the return from the first turn (the outcome itself for a row without turns)."""
-    return torch.where(turn_mask[:, 0], returns[:, 0], outcome.to(returns.dtype)) if returns.shape[1] else outcome.float()
+    if not returns.shape[1]:
+        return outcome.float()
+    return torch.where(turn_mask[:, 0], returns[:, 0], outcome.to(returns.dtype))
 
 
 @register_advantage("turn_grpo", kind=TURN)

@@ -91,8 +91,8 @@ def turn_term(name: str) -> Callable[[TurnTermFn], TurnTermFn]:
         if name in _TURN_TERMS and _TURN_TERMS[name].fn is not fn:
             raise ValueError(f"turn term {name!r} is already registered (by {_TURN_TERMS[name].fn.__module__})")
         params = list(inspect.signature(fn).parameters.values())[2:]
-        _TURN_TERMS[name] = _TurnTerm(fn, frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)),
-                                      any(p.kind is p.VAR_KEYWORD for p in params))
+        named = frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        _TURN_TERMS[name] = _TurnTerm(fn, named, any(p.kind is p.VAR_KEYWORD for p in params))
         return fn
 
     return deco
