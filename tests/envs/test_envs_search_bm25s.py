@@ -44,3 +44,87 @@ def test_a_saved_index_loads_memory_mapped_with_the_same_scores(tmp_path):
     assert loaded.n_docs == 42
     _check(loaded)
     assert BM25Index([]).search("anything", 3) == []
+
+
+def _corpus(tmp_path):
+    texts = _texts()
+    path = tmp_path / "corpus.jsonl"
+    # one line without an id (its id is its line number) and a blank line, as Search-R1 corpora may have
+    lines = [json.dumps({"id": f"p{i}", "contents": t}) if i else json.dumps({"contents": t}) for i, t in enumerate(texts)]
+    path.write_text("\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:]) + "\n")
+    return path, texts
+
+
+def test_rlfactory_index_builds_a_folder_the_retriever_server_serves(tmp_path, capsys):
+    import httpx
+
+    from rlfactory.cli.main import main
+    from rlfactory.envs.search.service import RetrieverProcess
+
+    path, texts = _corpus(tmp_path)
+    assert main(["index", str(path), "--out", str(tmp_path / "idx")]) == 0
+    captured = capsys.readouterr()
+    assert "indexed 42 docs (bm25)" in captured.out and "index corpus.jsonl" in captured.err  # the progress bar
+    with RetrieverProcess(index=tmp_path / "idx") as server:
+        reply = httpx.post(server.url + "/retrieve", json={"queries": list(GOLDEN)[:2] + ["Bubas"], "topk": 3,
+                                                           "return_scores": True}, timeout=30).json()
+    for query, hits in zip(list(GOLDEN)[:2] + ["Bubas"], reply["result"]):
+        want = GOLDEN[query]
+        assert [h["document"]["contents"] for h in hits] == [texts[i] for i, _ in want]
+        assert [h["score"] for h in hits] == pytest.approx([s for _, s in want], rel=1e-5)
+    first = hits[0]["document"]
+    assert first["id"] == "p5"
+    # the corpus's first line has no id: it gets its line number, as load_corpus gives it
+    from rlfactory.envs.search.index_build import load_index
+
+    _, _, store = load_index(tmp_path / "idx")
+    assert store[0]["id"] == "0" and store[3]["id"] == "p3" and len(store) == 42
+
+
+def test_index_of_a_bad_corpus_is_one_line(tmp_path, capsys):
+    from rlfactory.cli.main import main
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "1", "contents": "ok"}\n{"id": "2", "text": "no contents"}\n')
+    assert main(["index", str(bad), "--out", str(tmp_path / "idx"), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == f"rlfactory index: {bad}:2: a corpus line needs a string `contents` field"
+    assert not (tmp_path / "idx" / "index.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])
+def test_dense_index_over_an_encoder_folder(tmp_path, kind):
+    pytest.importorskip("faiss")
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from rlfactory.envs.search.index_build import build_index, load_index
+    from rlfactory.tiny import resolve_model
+
+    # an encoder folder of BERT's architecture with random weights and the tiny model's tokenizer
+    enc = tmp_path / "encoder"
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny:1m"))
+    BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=256)).save_pretrained(enc)
+    tok.save_pretrained(enc)
+    path, texts = _corpus(tmp_path)
+    info = build_index(path, tmp_path / "idx", "dense", encoder=str(enc), faiss_index=kind, nlist=4, progress=False)
+    assert info.n_docs == 42 and info.params["faiss"] == kind
+    _, searcher, store = load_index(tmp_path / "idx")
+    if kind == "ivf":
+        searcher.index.nprobe = 4  # every list: exact
+    for i in (0, 7, 41):  # a passage's own text (as a passage) is its nearest neighbour: cosine 1
+        searcher.query_prefix = searcher.passage_prefix
+        (best, score), *_ = searcher.search(texts[i], 3)
+        assert store[best]["contents"] == texts[i] and score == pytest.approx(1.0, abs=1e-4)
+
+
+def test_search_over_the_matching_postings_equals_the_full_ranking():
+    from rlfactory.envs.search.bm25 import top_k
+
+    world = make_world(0, 20, 6)
+    index = BM25Index([p["contents"] for p in world.passages])
+    queries = [q.text for split in ("train", "test") for q in world.questions[split]] + ["Bubas", "zzz", ""]
+    for query in queries:
+        for k in (1, 3, 10, 42, 50):  # 42, 50: more than match, so zero-score docs pad in corpus order
+            got, full = index.search(query, k), top_k(index.scores(query), k)
+            assert [i for i, _ in got] == [i for i, _ in full], (query, k)
+            assert [s for _, s in got] == pytest.approx([s for _, s in full], rel=1e-6, abs=1e-6)

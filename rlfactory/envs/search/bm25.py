@@ -101,8 +101,31 @@ class BM25Index:
         return self._bm25.get_scores_from_ids(ids) * np.float32(self.k1 + 1.0)
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
-        """The `k` best (doc index, score), best first; ties go to the earlier doc."""
-        return top_k(self.scores(query), k)
+        """The `k` best (doc index, score), best first; ties go to the earlier doc.
+
+        Only the docs holding a query term are scored (the union of the terms' postings, read
+        from the CSC arrays), so a query costs its postings, not the corpus size; when fewer than
+        `k` docs match, the first non-matching docs follow with score 0, as a full ranking gives."""
+        k = max(0, min(k, self.n_docs))
+        ids = sorted({self._vocab[t] for t in tokenize(query) if t in self._vocab})
+        if k == 0 or not ids:
+            return [(i, 0.0) for i in range(k)]
+        sc = self._bm25.scores
+        indptr, indices, data = sc["indptr"], sc["indices"], sc["data"]
+        parts = [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
+        docs = np.concatenate([indices[a:b] for a, b in parts])
+        weights = np.concatenate([data[a:b] for a, b in parts]).astype(np.float32)
+        cand, inverse = np.unique(docs, return_inverse=True)  # sorted doc ids
+        totals = np.bincount(inverse, weights=weights).astype(np.float32) * np.float32(self.k1 + 1.0)
+        hits = [(int(cand[j]), float(totals[j])) for j, _ in top_k(totals, k)]
+        if len(hits) < k:  # pad with the earliest docs that match nothing (score 0)
+            matched = set(cand.tolist()) if len(cand) < 4 * k else None
+            doc = 0
+            while len(hits) < k:
+                if (doc not in matched) if matched is not None else not np.isin(doc, cand):
+                    hits.append((doc, 0.0))
+                doc += 1
+        return hits
 
 
 def load_corpus(path: str | Path) -> list[dict[str, Any]]:

@@ -1,22 +1,25 @@
-"""A retrieval server with Search-R1's HTTP API, BM25 over a JSON-lines corpus.
+"""A retrieval server with Search-R1's HTTP API: BM25 over a JSON-lines corpus, or an index built by
+`rlfactory index` (BM25 memory-mapped, or dense: an encoder + FAISS).
 
     python -m rlfactory.envs.search.retriever --corpus corpus.jsonl --port 8000
+    python -m rlfactory.envs.search.retriever --index idx/ --port 8000
 
 `POST /retrieve` with `{"queries": [...], "topk": 3, "return_scores": true}` answers
 `{"result": [[{"document": {"id", "contents"}, "score": s}, ...], ...]}` (one list per query);
 with `return_scores: false` each list holds the documents themselves, as in Search-R1's
 retrieval_server.py. `GET /health` answers `{"status": "ok", "docs": N}` once the index is built.
-The index is built in memory at start-up (fine up to about a million short passages); for
-Wikipedia-scale corpora run Search-R1's own server and give the env its URL (`retriever_url`).
+With `--corpus` the BM25 index is built in memory at start-up; with `--index` nothing is built:
+the saved index is mapped from disk and documents are read from the corpus by offset.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -25,8 +28,20 @@ from rlfactory.envs.search.bm25 import BM25Index, load_corpus
 from rlfactory.server_process import exit_with_parent
 
 
-def build_app(docs: list[dict[str, Any]], default_topk: int = 3, index: BM25Index | None = None) -> Starlette:
+def build_app(docs: Sequence[dict[str, Any]], default_topk: int = 3, index: Any = None) -> Starlette:
+    """`docs`: the documents by position (a list, or a CorpusStore); `index`: anything with
+    `search(query, k) -> [(position, score)]` (default: BM25 over `docs`)."""
     index = index or BM25Index([d["contents"] for d in docs])
+
+    def answer(queries: list[str], topk: int, with_scores: bool) -> list[list[dict[str, Any]]]:
+        result = []
+        for q in queries:
+            hits = index.search(q, topk)
+            if with_scores:
+                result.append([{"document": docs[i], "score": s} for i, s in hits])
+            else:
+                result.append([docs[i] for i, _ in hits])
+        return result
 
     async def retrieve(request: Request) -> JSONResponse:
         try:
@@ -40,14 +55,8 @@ def build_app(docs: list[dict[str, Any]], default_topk: int = 3, index: BM25Inde
         if not isinstance(topk, int) or topk < 1:
             return JSONResponse({"error": "`topk` must be a positive integer"}, status_code=422)
         with_scores = bool(body.get("return_scores", False))
-        result = []
-        for q in queries:
-            hits = index.search(q, topk)
-            if with_scores:
-                result.append([{"document": docs[i], "score": s} for i, s in hits])
-            else:
-                result.append([docs[i] for i, _ in hits])
-        return JSONResponse({"result": result})
+        # in a worker thread: numpy and FAISS release the GIL, so concurrent queries overlap
+        return JSONResponse({"result": await run_in_threadpool(answer, queries, topk, with_scores)})
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "docs": len(docs)})
@@ -60,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     ap = argparse.ArgumentParser(description="BM25 retrieval server with Search-R1's /retrieve API")
-    ap.add_argument("--corpus", required=True, help="JSON lines, one {id, contents} per line")
+    source = ap.add_mutually_exclusive_group(required=True)
+    source.add_argument("--corpus", help="JSON lines, one {id, contents} per line (BM25 built at start-up)")
+    source.add_argument("--index", help="a folder built by `rlfactory index` (loaded, memory-mapped)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--topk", type=int, default=3, help="default topk when a request gives none")
@@ -68,8 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.exit_with_parent:
         exit_with_parent(a.exit_with_parent)
-    docs = load_corpus(a.corpus)
-    app = build_app(docs, a.topk)
+    if a.index:
+        from rlfactory.envs.search.index_build import load_index
+
+        info, index, docs = load_index(a.index)
+        app = build_app(docs, a.topk, index)
+        print(f"retriever: {info.kind} index of {info.n_docs} docs ({info.corpus})", file=sys.stderr, flush=True)
+    else:
+        docs = load_corpus(a.corpus)
+        app = build_app(docs, a.topk)
     print(f"retriever: {len(docs)} docs, http://{a.host}:{a.port}/retrieve", file=sys.stderr, flush=True)
     uvicorn.run(app, host=a.host, port=a.port, log_level="warning", access_log=False)
     return 0

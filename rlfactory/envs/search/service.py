@@ -23,15 +23,20 @@ class RetrieverProcess(ServerProcess):
     log_prefix = "rlfactory-retriever-"
     stop_grace_s = 5.0
 
-    def __init__(self, corpus: str | Path, port: int | None = None, host: str = "127.0.0.1",
-                 topk: int = 3, startup_timeout_s: float = 60.0) -> None:
-        self.corpus = str(corpus)
-        if not Path(self.corpus).is_file():
+    def __init__(self, corpus: str | Path | None = None, port: int | None = None, host: str = "127.0.0.1",
+                 topk: int = 3, startup_timeout_s: float = 60.0, index: str | Path | None = None) -> None:
+        if (corpus is None) == (index is None):
+            raise ValueError("RetrieverProcess: give a corpus or an index folder (rlfactory index), not both")
+        self.corpus, self.index = (str(corpus) if corpus else None), (str(index) if index else None)
+        if self.corpus and not Path(self.corpus).is_file():
             raise FileNotFoundError(f"retriever corpus not found: {self.corpus}")
+        if self.index and not Path(self.index).is_dir():
+            raise FileNotFoundError(f"retriever index folder not found: {self.index}")
         super().__init__(host, port, startup_timeout_s)
         self.topk = topk
-        self.name = f"retriever (corpus {self.corpus})"
+        self.name = f"retriever (corpus {self.corpus})" if self.corpus else f"retriever (index {self.index})"
 
     def command(self, port: int) -> list[str]:
-        return [sys.executable, "-m", "rlfactory.envs.search.retriever", "--corpus", self.corpus,
+        source = ["--corpus", self.corpus] if self.corpus else ["--index", self.index]
+        return [sys.executable, "-m", "rlfactory.envs.search.retriever", *source,
                 "--host", self.host, "--port", str(port), "--topk", str(self.topk)]

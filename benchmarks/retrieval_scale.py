@@ -1,0 +1,221 @@
+"""Retrieval at scale: `rlfactory index` (bm25s, saved and memory-mapped) and its retriever server
+against today's numpy BM25 (benchmarks/numpy_bm25_baseline.py, the index this replaced), on
+generated corpora of Search-R1's layout.
+
+    .venv/bin/python benchmarks/retrieval_scale.py [--sizes 100000,1000000] [--baseline-sizes 100000,300000]
+
+Per size: index build time and peak RSS (the `rlfactory index` process; for the baseline, its
+server's start-up, which builds the index), index size on disk, the server's RSS after the queries,
+and top-3 search over HTTP (`POST /retrieve`, one query a request) at 64 concurrent requests:
+p50/p99 latency and queries/s; plus in-process search latency (no HTTP). The client runs on the
+same CPU. 10M passages is projected from the measured growth (linear in N from the two largest
+sizes). Targets on this 2-core CPU: 1M passages indexed in < 10 min, top-3 p50 < 20 ms, RSS < 3 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from rlfactory.server_process import free_port  # noqa: E402
+
+VOCAB = 100_000
+
+
+def make_corpus(path: Path, n: int, seed: int = 0) -> list[str]:
+    """n passages of 40-80 Zipf-distributed words (a title line of two words first); returns 2000
+    queries: a title plus two words of its passage."""
+    rng = np.random.default_rng(seed)
+    words = np.array([f"w{i:x}" for i in range(VOCAB)])
+    queries: list[str] = []
+    qrng = random.Random(seed)
+    chunk = 50_000
+    with open(path, "w", encoding="utf-8") as f:
+        for start in range(0, n, chunk):
+            m = min(chunk, n - start)
+            lengths = rng.integers(40, 81, size=m)
+            picks = np.minimum(rng.zipf(1.15, size=int(lengths.sum())) - 1, VOCAB - 1)
+            titles = rng.integers(0, VOCAB, size=(m, 2))
+            pos = 0
+            lines = []
+            for j in range(m):
+                body = words[picks[pos:pos + lengths[j]]]
+                pos += lengths[j]
+                title = f"{words[titles[j, 0]]} {words[titles[j, 1]]}"
+                lines.append(json.dumps({"id": str(start + j), "contents": f"{title}\n{' '.join(body)}"}))
+                if len(queries) < 2000 and qrng.random() < 2000 / n * 1.5:
+                    queries.append(f"{title} {qrng.choice(body)} {qrng.choice(body)}")
+            f.write("\n".join(lines) + "\n")
+    return queries
+
+
+def run_measured(cmd: list[str]) -> tuple[float, float, str]:
+    """(wall s, peak RSS MB, stderr) of a child process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{cmd} failed:\n{err[-2000:]}")
+    return wall, usage.ru_maxrss / 1024, err
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def disk_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
+
+
+async def load_test(url: str, queries: list[str], concurrency: int) -> tuple[list[float], float]:
+    sem = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+        async def one(q: str) -> None:
+            async with sem:
+                t = time.perf_counter()
+                r = await client.post(url + "/retrieve", json={"queries": [q], "topk": 3})
+                r.raise_for_status()
+                assert len(r.json()["result"][0]) == 3
+                latencies.append(time.perf_counter() - t)
+
+        await asyncio.gather(*(one(q) for q in queries[:50]))  # warm-up: pages the index in
+        latencies.clear()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(q) for q in queries))
+        return latencies, time.perf_counter() - t0
+
+
+def wait_up(proc: subprocess.Popen, url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read()[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server did not come up")
+
+
+def serve_and_query(cmd: list[str], port: int, queries: list[str], concurrency: int, startup_s: float) -> dict:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.perf_counter()
+        wait_up(proc, url, startup_s)
+        up_s = time.perf_counter() - t0
+        rss_loaded = rss_mb(proc.pid)
+        lat, wall = asyncio.run(load_test(url, queries, concurrency))
+        rss_after = rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    lat_ms = sorted(x * 1000 for x in lat)
+    return {"startup_s": up_s, "rss_loaded_mb": rss_loaded, "rss_mb": rss_after,
+            "p50_ms": statistics.median(lat_ms), "p99_ms": lat_ms[int(0.99 * (len(lat_ms) - 1))],
+            "qps": len(lat) / wall}
+
+
+def in_process_ms(search, queries: list[str]) -> float:
+    t = time.perf_counter()
+    for q in queries[:200]:
+        search(q, 3)
+    return (time.perf_counter() - t) / min(200, len(queries)) * 1000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="100000,1000000")
+    ap.add_argument("--baseline-sizes", default="100000,300000")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--work", default=None, help="scratch folder (default: a temp folder, deleted)")
+    a = ap.parse_args()
+    sizes = [int(s) for s in a.sizes.split(",")]
+    base_sizes = {int(s) for s in a.baseline_sizes.split(",") if s}
+    work = Path(a.work or tempfile.mkdtemp(prefix="rlf-retrieval-"))
+    print(f"load average at start: {os.getloadavg()}; CPUs: {os.cpu_count()}", flush=True)
+    rows = []
+    for n in sizes:
+        corpus = work / f"corpus_{n}.jsonl"
+        t = time.perf_counter()
+        queries = make_corpus(corpus, n)
+        print(f"\n== {n} passages ({corpus.stat().st_size / 2**20:.0f} MB, generated in {time.perf_counter() - t:.0f} s), "
+              f"{len(queries)} queries, load average {os.getloadavg()[0]:.1f}", flush=True)
+        out = work / f"idx_{n}"
+        build_s, build_rss, _ = run_measured([sys.executable, "-m", "rlfactory.cli.main", "index", str(corpus),
+                                              "--out", str(out), "--no-progress"])
+        from rlfactory.envs.search.index_build import load_index
+
+        _, searcher, _ = load_index(out)
+        new_inproc = in_process_ms(searcher.search, queries)
+        del searcher
+        port = free_port()
+        new = serve_and_query([sys.executable, "-m", "rlfactory.envs.search.retriever", "--index", str(out),
+                               "--port", str(port)], port, queries, a.concurrency, 600)
+        row = {"n": n, "new": {"build_s": build_s, "build_rss_mb": build_rss, "disk_mb": disk_mb(out),
+                               "inproc_ms": new_inproc, **new}}
+        print(f"bm25s (rlfactory index): build {build_s:.1f} s (peak RSS {build_rss:.0f} MB), on disk "
+              f"{row['new']['disk_mb']:.0f} MB; server RSS {new['rss_loaded_mb']:.0f} MB loaded, {new['rss_mb']:.0f} MB "
+              f"after the queries; top-3 at {a.concurrency} concurrent: p50 {new['p50_ms']:.1f} ms, p99 "
+              f"{new['p99_ms']:.1f} ms, {new['qps']:.0f} q/s; in process {new_inproc:.2f} ms/query", flush=True)
+        if n in base_sizes:
+            from numpy_bm25_baseline import NumpyBM25Index
+
+            from rlfactory.envs.search.bm25 import load_corpus
+
+            port = free_port()
+            base = serve_and_query([sys.executable, str(HERE / "numpy_bm25_baseline.py"), str(corpus), str(port)],
+                                   port, queries, a.concurrency, 3600)
+            index = NumpyBM25Index([d["contents"] for d in load_corpus(corpus)])
+            base["inproc_ms"] = in_process_ms(index.search, queries)
+            del index
+            row["base"] = base
+            print(f"numpy BM25 (today's): start-up incl. build {base['startup_s']:.1f} s; server RSS "
+                  f"{base['rss_mb']:.0f} MB (corpus and index in memory); top-3 at {a.concurrency} concurrent: p50 "
+                  f"{base['p50_ms']:.1f} ms, p99 {base['p99_ms']:.1f} ms, {base['qps']:.0f} q/s; in process "
+                  f"{base['inproc_ms']:.2f} ms/query", flush=True)
+            print(f"ratios new/today: p50 {new['p50_ms'] / base['p50_ms']:.2f}x, q/s {new['qps'] / base['qps']:.2f}x, "
+                  f"server RSS {new['rss_mb'] / base['rss_mb']:.2f}x, in-process latency "
+                  f"{new_inproc / base['inproc_ms']:.2f}x", flush=True)
+        rows.append(row)
+    if len(rows) >= 2:
+        a1, a2 = rows[-2], rows[-1]
+        grow = lambda key: a2["new"][key] + (a2["new"][key] - a1["new"][key]) / (a2["n"] - a1["n"]) * (10_000_000 - a2["n"])  # noqa: E731
+        print(f"\n10M passages on paper (linear in N from {a1['n']} and {a2['n']}): build {grow('build_s') / 60:.0f} min, "
+              f"build peak RSS {grow('build_rss_mb') / 1024:.1f} GB, on disk {grow('disk_mb') / 1024:.1f} GB, "
+              f"server RSS {grow('rss_mb') / 1024:.1f} GB, in-process latency {grow('inproc_ms'):.0f} ms/query")
+    big = rows[-1]["new"]
+    print(f"\ntargets at {rows[-1]['n']}: indexed in < 10 min: {'PASS' if big['build_s'] < 600 else 'FAIL'} "
+          f"({big['build_s'] / 60:.1f} min); p50 < 20 ms: {'PASS' if big['p50_ms'] < 20 else 'FAIL'} "
+          f"({big['p50_ms']:.1f} ms); RSS < 3 GB: {'PASS' if max(big['rss_mb'], big['build_rss_mb']) < 3072 else 'FAIL'} "
+          f"(server {big['rss_mb']:.0f} MB, build {big['build_rss_mb']:.0f} MB)")
+    print(f"load average at end: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
