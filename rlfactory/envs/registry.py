@@ -34,6 +34,7 @@ _BUILTIN: dict[str, str] = {
     "python": "rlfactory.envs.code:CodeEnv",
     "sql": "rlfactory.envs.sql:SqlEnv",
     "calculator": "rlfactory.envs.calculator:CalculatorEnv",
+    "bfcl": "rlfactory.envs.bfcl:BfclEnv",
     "verifiers": "rlfactory.envs.adapters.verifiers_env:VerifiersEnv",
     "openenv": "rlfactory.envs.adapters.openenv_env:OpenEnvEnv",
 }

@@ -121,6 +121,16 @@ def test_shaping_terms_give_partial_credit_and_count_in_the_total_by_weight():
                                                               "arg_match": 1.0}
 
 
+def test_bfcl_is_a_built_in_env_name():
+    from rlfactory.envs import make_env
+
+    env = make_env("bfcl", limit=1, prompt_style="bfcl", test_categories="simple,live_irrelevance")
+    assert isinstance(env, BfclEnv) and [r["category"] for r in env.load_split("test")] == ["simple_python",
+                                                                                          "live_irrelevance"]
+    with pytest.raises(TypeError, match="unknown option"):
+        make_env("bfcl", promptstyle="bfcl")
+
+
 def test_splits_keep_reported_questions_and_functions_out_of_training(capsys):
     env = BfclEnv()
     test, train = env.load_split("test"), env.load_split("train")
