@@ -38,14 +38,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 ROWS = [
     ("hostile text into tokens, tools and rewards (lone surrogates, NUL, invalid UTF-8, deep nesting, "
      "recursive $ref, calls per turn)", ["tests/*/test_*hostile_text*.py"]),
-    ("misbehaving MCP servers (hang, crash, garbage, floods, slow or failed start, a broken pool copy, "
-     "oversized, deep or non-UTF-8 answers, frozen)",
+    ("MCP servers that misbehave (hang, crash, garbage, floods, slow or failed start, a broken pool copy, "
+     "oversized, deep or non-UTF-8 answers, frozen) and protocol edge cases",
      ["tests/tools/test_tools_faults.py", "tests/tools/test_tools_stdio_session.py",
       "tests/tools/test_tools_unresponsive.py"]),
     ("shutdown leaves no process (normal exit, an exception, SIGINT, setsid grandchildren)",
      ["tests/tools/test_tools_shutdown.py"]),
-    ("strict sandbox escape attempts (kill or read the trainer, host files and writes, setsid daemons, "
-     "network, fork bomb, disk)", ["tests/envs/test_envs_sandbox.py"]),
+    ("the strict sandbox: escape attempts (kill or read the trainer, host files and writes, setsid daemons, "
+     "network, fork bomb, disk) and its other limits", ["tests/envs/test_envs_sandbox.py"]),
     ("sandbox limits in aggregate (6 x 400 MB forks) and the weak mode (read-only files, leftovers)",
      ["tests/envs/test_envs_sandbox_limits.py"]),
 ]
