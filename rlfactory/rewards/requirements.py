@@ -114,12 +114,14 @@ def term_reads_missing_key(reward: Any, info: dict[str, Any], where: str) -> str
     return None
 
 
-def check_rows(reward: Any, infos: Iterable[dict[str, Any]], where: str) -> str | None:
+def check_rows(reward: Any, infos: Iterable[dict[str, Any]], where: str, try_terms: bool = True) -> str | None:
     """The first problem over `infos` (one per row, as the env's `info(row)` returns them) as one
     line starting with `where` (e.g. "env 'wiki': train row"), or None when every row can be scored.
-    The reward's rule terms are first tried on the first row (`term_reads_missing_key`)."""
+    With `try_terms`, the reward's rule terms are first tried on the first row
+    (`term_reads_missing_key`): a command does that once, on its first split, since it runs the
+    user's code on a trajectory the model never wrote."""
     infos = list(infos)
-    if infos:
+    if infos and try_terms:
         ident = f" (id {infos[0]['id']!r})" if "id" in infos[0] else ""
         problem = term_reads_missing_key(reward, infos[0], f"{where} 0{ident}")
         if problem:

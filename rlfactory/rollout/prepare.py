@@ -186,16 +186,17 @@ def split_rows(env: Env, split: str, env_name: str | None = None) -> list[dict[s
                           f"{_one_line(str(e))}{_where(e)}") from e
 
 
-def check_split(cfg: Any, env: Env, reward: Reward | None, split: str, rows: list[dict[str, Any]]) -> None:
+def check_split(cfg: Any, env: Env, reward: Reward | None, split: str, rows: list[dict[str, Any]],
+                try_terms: bool = True) -> None:
     """Raise a ConfigError when a row of `split` lacks what `reward` reads (the row and the field
-    named). Does nothing without a reward."""
+    named). Does nothing without a reward. `try_terms`: see `check_rows`."""
     from rlfactory.rewards.requirements import check_rows
 
     if reward is None or not rows:
         return
     info = getattr(env, "info", None)
     problem = check_rows(reward, (info(row) if callable(info) else dict(row) for row in rows),
-                         f"env {cfg.env.name!r}: {split} row")
+                         f"env {cfg.env.name!r}: {split} row", try_terms)
     if problem:
         raise ConfigError(problem)
 
@@ -237,8 +238,8 @@ async def prepare_tools_and_reward(cfg: Any, env: Env, checks: CommandChecks,
         reward = build_run_reward(cfg, env, runner) if checks.reward_mode != "off" else None
         if reward is None and checks.reward_mode == "required":
             raise ConfigError("reward: nothing configured (reward.terms / judge / verify) and the env has no reward()")
-        for split in checks.check_splits:  # read even without a reward: a missing data file shows now
-            check_split(cfg, env, reward, split, split_rows(env, split, cfg.env.name))
+        for i, split in enumerate(checks.check_splits):  # read even without a reward: a missing data file shows now
+            check_split(cfg, env, reward, split, split_rows(env, split, cfg.env.name), try_terms=i == 0)
     except BaseException:
         await runner.aclose()
         raise
