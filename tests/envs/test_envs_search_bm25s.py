@@ -128,3 +128,20 @@ def test_search_over_the_matching_postings_equals_the_full_ranking():
             got, full = index.search(query, k), top_k(index.scores(query), k)
             assert [i for i, _ in got] == [i for i, _ in full], (query, k)
             assert [s for _, s in got] == pytest.approx([s for _, s in full], rel=1e-6, abs=1e-6)
+
+
+def test_rare_and_common_terms_take_both_scoring_paths_and_agree_with_the_full_ranking():
+    import random
+
+    from rlfactory.envs.search.bm25 import top_k
+
+    rng = random.Random(0)
+    common, rare = [f"c{i}" for i in range(5)], [f"r{i}" for i in range(3000)]
+    texts = [" ".join(rng.choice(common) for _ in range(6)) + " " + " ".join(rng.sample(rare, 3)) for _ in range(2000)]
+    index = BM25Index(texts)
+    for query in ["r1 r2", "r7", "c1", "c0 r5", "c2 c3 r9 r10", "nothing"]:
+        # "r*" postings are short (a sort of the few matching docs); "c*" ones long (a pass over all docs)
+        for k in (1, 3, 10):
+            got, full = index.search(query, k), top_k(index.scores(query), k)
+            assert [i for i, _ in got] == [i for i, _ in full], (query, k)
+            assert [s for _, s in got] == pytest.approx([s for _, s in full], rel=1e-6, abs=1e-6)

@@ -115,6 +115,9 @@ class BM25Index:
         parts = [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
         docs = np.concatenate([indices[a:b] for a, b in parts])
         weights = np.concatenate([data[a:b] for a, b in parts]).astype(np.float32)
+        if len(docs) * 8 >= self.n_docs:  # long postings (a common term): one pass over all docs is cheaper than a sort
+            totals = np.bincount(docs, weights=weights, minlength=self.n_docs).astype(np.float32)
+            return top_k(totals * np.float32(self.k1 + 1.0), k)
         cand, inverse = np.unique(docs, return_inverse=True)  # sorted doc ids
         totals = np.bincount(inverse, weights=weights).astype(np.float32) * np.float32(self.k1 + 1.0)
         hits = [(int(cand[j]), float(totals[j])) for j, _ in top_k(totals, k)]
