@@ -84,8 +84,8 @@ def test_a_card_opens_its_trajectory_in_view_with_whole_line_previews_and_a_colo
 
     page.click("#groups .member[data-index='0']")
     page.wait_for_selector("#segments .seg.model")
-    top = page.evaluate("document.querySelector('#traj-detail').getBoundingClientRect().top")
-    assert 0 <= top < page.viewport_size["height"] - 100, top  # the detail is on screen
+    page.wait_for_function(f"(t => t >= 0 && t < {page.viewport_size['height'] - 100})"
+                           "(document.querySelector('#traj-detail').getBoundingClientRect().top)")  # the detail is on screen
     assert "model token (in the loss)" in page.inner_text("#color-legend")
     page.select_option("#color-by", "diff")
     assert "trainer lower" in page.inner_text("#color-legend")

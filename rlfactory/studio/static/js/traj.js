@@ -47,9 +47,12 @@ export async function trajectoriesTab(body, runId, steps, params) {
       const view = await api(`/api/run/trajectory?${qs({ run: runId, step, index: i })}`);
       viewer = renderTrajectory(view);
       detail.replaceChildren(viewer.el);
-      // the detail sits below every group's cards: bring it into view (scroll-margin keeps it clear of the top bar)
-      const top = detail.getBoundingClientRect().top;
-      if (top < 60 || top > window.innerHeight - 120) detail.scrollIntoView({ block: "start" });
+      // the detail sits below every group's cards: bring it into view (scroll-margin keeps it clear of
+      // the top bar), measured in the next frame's layout rather than forcing one now
+      requestAnimationFrame(() => {
+        const top = detail.getBoundingClientRect().top;
+        if (top < 60 || top > window.innerHeight - 120) detail.scrollIntoView({ block: "start" });
+      });
       history.replaceState(null, "", `#/run/${encodeURIComponent(runId)}?tab=traj&step=${step}&i=${i}`);
     } catch (e) { detail.replaceChildren(errorBox(e)); }
   };
