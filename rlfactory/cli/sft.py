@@ -27,11 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 async def run_sft(cfg) -> list[dict]:
     """Demonstrations -> fine-tuned model in cfg.sft.out. Returns the per-step metrics."""
     from rlfactory.rollout.build import open_rollout, pad_id_of
+    from rlfactory.rollout.prepare import command_checks
     from rlfactory.train.sft import save_model_atomically, sft_train, write_demonstrations
     from rlfactory.train.sft_progress import SftReporter
 
     out = Path(cfg.sft.out)
-    async with open_rollout(cfg, reward_mode="off", check_splits=("train",)) as session:
+    checks = command_checks("sft", cfg)
+    async with open_rollout(cfg, reward_mode=checks.reward_mode, check_splits=checks.check_splits) as session:
         specs = session.runner.specs()
         label = cfg.env.name
         demos = write_demonstrations(session.env, session.tool_manager, specs, cfg.sft.demos, label)
