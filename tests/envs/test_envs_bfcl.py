@@ -59,6 +59,16 @@ def test_prompting_style_decodes_with_bfcls_decoder():
     assert decode_prompting("I would rather not.").error
 
 
+def test_a_truncated_bfcl_style_reply_is_decoded_as_bfcl_would():
+    from rlfactory.trajectory import Segment
+
+    row = load_category("simple_python", "bfcl", limit=1)[0]
+    for text, valid in [(prompting_text(answer_calls(row["ground_truth"])), True), ("The area is 25 and", False)]:
+        traj = Trajectory(id="t", group="g", info=row, turns=1, status="truncated",
+                          segments=[Segment("model", [1, 2], text)])
+        assert asyncio.run(BfclReward().score(traj)).terms["correct"] == float(valid), text
+
+
 def test_tools_keep_bfcl_names_and_get_json_schema_types():
     row = load_category("simple_python", limit=2)[1]  # math.factorial: a dotted name
     tools = openai_tools(row["functions"])

@@ -34,6 +34,9 @@ NOT_RUN_NOTE = "BFCL single-turn: calls are scored, not run"
 def decoded_of(trajectory: Trajectory) -> Decoded:
     """The first model turn's calls in BFCL's form (`[{name: arguments}]`), or its decode error."""
     first = [c for c in trajectory.tool_calls if c.turn == 1]
+    if not first and trajectory.status == "truncated" and trajectory.info.get("prompt_style") == "bfcl":
+        # cut off by max_new_tokens, the turn was never parsed; BFCL decodes whatever was written
+        return decode_prompting(trajectory.model_text())
     bad = next((c for c in first if c.status == MALFORMED), None)
     if bad is not None:
         return Decoded(error=bad.error or "malformed call")
