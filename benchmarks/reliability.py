@@ -9,7 +9,8 @@ Runs, at a small size, and prints one table row each:
   run (files that do not exist in this checkout are listed as missing); tried = pytest cases,
   held = cases passed;
 - `rlfactory train` (tiny:1m, the python env, 2 steps, a checkpoint each step) killed with SIGKILL
-  at `--kills` moments drawn uniformly over an uninterrupted run's wall time, then run again with
+  at `--kills` moments drawn uniformly over an uninterrupted run's wall time after its set-up (from
+  when it has written its config.yaml to its end), then run again with
   `--resume --restart`; held = its metrics.jsonl equals the uninterrupted run's (wall-clock fields
   aside) and every step's trajectories are there.
 Exit status 0 when everything held. Takes a few minutes on 2 cores.
@@ -118,8 +119,14 @@ def pytest_rows(tmp: Path) -> tuple[list[Row], float]:
 
 
 def _train(cfg: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "train", str(cfg), *extra], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    """`rlfactory train CFG ...`, its stderr into CFG.log (a pipe nobody reads while polling could fill)."""
+    with open(cfg.with_suffix(".log"), "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "train", str(cfg), *extra], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=log)
+
+
+def _log_tail(cfg: Path) -> str:
+    return cfg.with_suffix(".log").read_text(errors="replace")[-300:]
 
 
 def _outcome(run_dir: Path) -> tuple[list[dict], list[str]]:
@@ -133,12 +140,16 @@ def kill_row(kills: int, seed: int, tmp: Path, steps: int = 2) -> Row:
     t0 = time.monotonic()
     cfg = tmp / "full.yaml"
     cfg.write_text(TRAIN_CONFIG.format(steps=steps, run_dir=tmp / "full"))
-    start = time.monotonic()
+    start, setup = time.monotonic(), None
     proc = _train(cfg)
-    err = proc.communicate()[1].decode()
+    while proc.poll() is None:  # when the run has set up (written its config.yaml): moments are drawn after
+        if setup is None and (tmp / "full" / "config.yaml").exists():
+            setup = time.monotonic() - start
+        time.sleep(0.05)
     whole = time.monotonic() - start
+    setup = whole if setup is None else setup
     if proc.returncode != 0:
-        return Row("kill -9 of rlfactory train", "the uninterrupted run failed", err[-300:], False, whole, [])
+        return Row("kill -9 of rlfactory train", "the uninterrupted run failed", _log_tail(cfg), False, whole, [])
     expected = _outcome(tmp / "full")
     rng = random.Random(seed)
     notes, held = [], 0
@@ -146,7 +157,7 @@ def kill_row(kills: int, seed: int, tmp: Path, steps: int = 2) -> Row:
         run_dir = tmp / f"cut{k}"
         cut = tmp / f"cut{k}.yaml"
         cut.write_text(TRAIN_CONFIG.format(steps=steps, run_dir=run_dir))
-        moment = rng.uniform(0.0, whole)
+        moment = rng.uniform(setup, whole)
         proc = _train(cut)
         try:
             proc.wait(moment)
@@ -157,12 +168,12 @@ def kill_row(kills: int, seed: int, tmp: Path, steps: int = 2) -> Row:
             ckpts = len(list((run_dir / "checkpoints").glob("step_*"))) if (run_dir / "checkpoints").exists() else 0
             state = f"{ckpts} checkpoint(s) on disk"
         resumed = _train(cut, "--resume", "--restart")
-        err = resumed.communicate()[1].decode()
+        resumed.wait()
         same = resumed.returncode == 0 and _outcome(run_dir) == expected
         held += same
-        notes.append(f"killed at {moment:.1f} s of {whole:.1f} s ({state}): resumed "
+        notes.append(f"killed at {moment:.1f} s of {whole:.1f} s, set-up {setup:.1f} s ({state}): resumed "
                      + ("with identical metrics and trajectories" if same
-                        else f"DIFFERENTLY (exit {resumed.returncode}) {err[-300:]}"))
+                        else f"DIFFERENTLY (exit {resumed.returncode}) {_log_tail(cut)}"))
     return Row("kill -9 of `rlfactory train` at a random moment, then `--resume`", f"{kills} moments",
                f"{held} resumed bit-exact", held == kills, time.monotonic() - t0, notes,
                f"this script: tiny:1m, the python env, {steps} steps, a checkpoint each step; seed {seed}")
