@@ -94,6 +94,7 @@ def write_demonstrations(env: Any, tool_manager: Any, tools: Sequence[ToolSpec],
     does not have, or with arguments its schema refuses, is a ConfigError naming the row: the
     model would be taught calls that can only fail."""
     from rlfactory.config import ConfigError
+    from rlfactory.rollout.engine import row_tool_specs
 
     label = env_label or getattr(env, "name", "env")
     rows = env.load_split("train")
@@ -108,11 +109,12 @@ def write_demonstrations(env: Any, tool_manager: Any, tools: Sequence[ToolSpec],
         except (ValueError, RuntimeError):
             skipped += 1
             continue
-        problem = demo_problem(demo_calls(messages), tools)
+        row_tools = row_tool_specs(row, list(tools)) if isinstance(row, dict) else tools  # a row's own `tools`
+        problem = demo_problem(demo_calls(messages), row_tools)
         if problem is not None:
             ident = f" (id {row['id']!r})" if isinstance(row, dict) and "id" in row else ""
             raise ConfigError(f"env {label!r}: solve() of train row {k % len(rows)}{ident} {problem}")
-        demos.append(demo_to_trajectory(messages, tool_manager, tools, demo_id=f"demo-{k}"))
+        demos.append(demo_to_trajectory(messages, tool_manager, row_tools, demo_id=f"demo-{k}"))
     if not demos:
         raise ValueError(f"env {env.name!r}: the solver could not solve any of {n} rows")
     return demos

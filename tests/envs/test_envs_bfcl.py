@@ -169,3 +169,31 @@ def test_summary_uses_bfcls_weighting():
     s = accuracy_summary({"simple_python": (1.0, 400), "multiple": (0.5, 200), "live_simple": (1.0, 100),
                           "live_multiple": (0.0, 300), "irrelevance": (0.25, 240)})
     assert s == {"non_live_ast": 0.75, "live_ast": 0.25, "irrelevance": 0.25}
+
+
+def test_warm_start_demonstrations_show_each_rows_own_functions(tiny):
+    from rlfactory.chat import make_tool_manager
+    from rlfactory.train.sft import write_demonstrations
+
+    _, tok = tiny
+    env = BfclEnv(limit=2, train_categories="live_simple,live_parallel,live_irrelevance")
+    rows = env.load_split("train")
+    demos = write_demonstrations(env, make_tool_manager(tok, "qwen3"), [], len(rows))
+    assert len(demos) == len(rows)
+    for row, demo in zip(rows, demos):
+        prompt = tok.decode(demo.segments[0].token_ids)
+        model = tok.decode([t for s in demo.segments if s.role == "model" for t in s.token_ids])
+        assert all(f'"name": "{f["name"]}"' in prompt for f in row["functions"]), row["id"]
+        if row["ground_truth"]:
+            assert all(f'"name": "{name}"' in model for c in answer_calls(row["ground_truth"]) for name in c)
+        else:
+            assert "<tool_call>" not in model
+
+
+def test_solver_skips_answers_bfcl_or_the_schema_refuses():
+    env = BfclEnv()
+    rows = {r["id"]: r for r in load_category("live_simple")}
+    with pytest.raises(ValueError, match="BFCL rejects the possible answer"):
+        env.solve(rows["live_simple_106-63-0"])
+    with pytest.raises(ValueError, match="breaks aws.lexv2_models.list_exports's schema"):
+        env.solve(rows["live_simple_30-8-0"])

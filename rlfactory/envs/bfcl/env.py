@@ -127,9 +127,16 @@ class BfclEnv(Env):
     def solve(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """The possible answer as one assistant turn (no call for irrelevance: a short refusal)."""
         truth = row.get("ground_truth")
+        if any(m.get("role") == "assistant" for m in row["messages"]):  # a demonstration has one model turn
+            raise ValueError(f"bfcl solver: {row['id']}: the question already holds an assistant turn")
         if not truth:
             return self.reset(row) + [{"role": "assistant", "content": "None of the given functions can be used for this."}]
         calls = answer_calls(truth)
+        verdict = check(row, Decoded(calls))
+        if not verdict.valid:  # a few possible answers allow no value BFCL's checker takes
+            raise ValueError(f"bfcl solver: {row['id']}: BFCL rejects the possible answer ({verdict.error_type})")
+        if self.prompt_style == "tools":
+            _check_schemas(row, calls)
         if self.prompt_style == "bfcl":
             return self.reset(row) + [{"role": "assistant", "content": prompting_text(calls)}]
         return self.reset(row) + [{"role": "assistant", "content": "", "tool_calls": [
@@ -140,3 +147,17 @@ def prompting_text(calls: list[dict[str, Any]]) -> str:
     """Calls written the way BFCL's prompt asks for them: `[f(a=1, b='x'), g()]`."""
     parts = [f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})" for c in calls for name, args in c.items()]
     return "[" + ", ".join(parts) + "]"
+
+
+def _check_schemas(row: dict[str, Any], calls: list[dict[str, Any]]) -> None:
+    """ValueError when a call's arguments break the JSON schema the model is shown (some possible
+    answers hold None for a string): such a demonstration would teach calls a validator refuses."""
+    from rlfactory.tools.validation import ArgumentValidator
+
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in row.get("tools") or []}
+    for call in calls:
+        for name, args in call.items():
+            validator = ArgumentValidator.for_schema(name, schemas.get(name, {}))
+            problem = validator.error(args) if validator is not None else None
+            if problem is not None:
+                raise ValueError(f"bfcl solver: {row['id']}: the possible answer breaks {name}'s schema: {problem}")
