@@ -144,6 +144,7 @@ def test_bfcl_is_a_built_in_env_name():
 def test_splits_keep_reported_questions_and_functions_out_of_training(capsys):
     env = BfclEnv()
     test, train = env.load_split("test"), env.load_split("train")
+    assert env.load_split("train") == train  # loaded once: the line below is printed once
     assert {r["category"] for r in test} == {"simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance"}
     assert all(r["category"].startswith("live_") for r in train)
     everything = [r for c in TRAIN_CATEGORIES for r in load_category(c)]

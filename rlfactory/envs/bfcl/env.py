@@ -86,8 +86,14 @@ class BfclEnv(Env):
         self.splits = {"test": resolve_categories(test_categories), "train": resolve_categories(train_categories)}
         self.limit = limit
         self.shaping = float(shaping)
+        self._loaded: dict[str, list[dict[str, Any]]] = {}
 
     def load_split(self, split: str) -> list[dict[str, Any]]:
+        if split not in self._loaded:  # once per env: the split check prints its line once
+            self._loaded[split] = self._load(split)
+        return [dict(row) for row in self._loaded[split]]
+
+    def _load(self, split: str) -> list[dict[str, Any]]:
         categories = self.splits.get(split)
         if categories is None:
             try:
