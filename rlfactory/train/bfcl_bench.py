@@ -70,7 +70,8 @@ async def run_bfcl(cfg: Any, categories: list[str], *, limit: int | None = None,
     from rlfactory.train.evaluate import sampling_override
 
     style = str(cfg.env.options.get("prompt_style", "tools"))
-    env = BfclEnv(prompt_style=style, test_categories=categories, train_categories=(), limit=limit)  # type: ignore[arg-type]
+    env = BfclEnv(prompt_style=style,  # type: ignore[arg-type]
+                  test_categories=categories, train_categories=(), limit=limit)
     rows = env.load_split("test")
     report = BfclReport(model=str(cfg.model.path), family="", prompt_style=style)
     async with open_rollout(cfg, env=env, reward_mode="off", logits_processor=logits_processor) as session:

@@ -123,7 +123,8 @@ def test_shaping_terms_give_partial_credit_and_count_in_the_total_by_weight():
         env.end_episode(traj, turn)
         score = asyncio.run(env.reward().score(traj))
         assert score.terms == pytest.approx(want), turn
-        assert score.total == pytest.approx(want["correct"] + 0.5 * (want["format"] + want["name_match"] + want["arg_match"]))
+        shaped = want["format"] + want["name_match"] + want["arg_match"]
+        assert score.total == pytest.approx(want["correct"] + 0.5 * shaped)
     irrelevant = BfclEnv(limit=1).load_split("irrelevance")[0]
     traj = Trajectory(id="t", group="g", info=irrelevant, turns=1)
     BfclEnv().end_episode(traj, Answer("none fits"))
@@ -145,7 +146,8 @@ def test_splits_keep_reported_questions_and_functions_out_of_training(capsys):
     env = BfclEnv()
     test, train = env.load_split("test"), env.load_split("train")
     assert env.load_split("train") == train  # loaded once: the line below is printed once
-    assert {r["category"] for r in test} == {"simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance"}
+    assert {r["category"] for r in test} == {"simple_python", "multiple", "parallel", "parallel_multiple",
+                                             "irrelevance"}
     assert all(r["category"].startswith("live_") for r in train)
     everything = [r for c in TRAIN_CATEGORIES for r in load_category(c)]
     assert overlap(everything, test)  # BFCL's live and non-live sets do share names and questions

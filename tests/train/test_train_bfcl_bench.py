@@ -57,7 +57,8 @@ def test_possible_answers_all_pass_and_wrong_ones_all_fail(style):
     rows = [r for c in CATEGORIES for r in load_category(c, style, PER_CATEGORY)]
     cfg = bfcl_config("tiny:1m", "qwen3", style, ["rollout.max_new_tokens=400"])
     for right in (True, False):
-        report = asyncio.run(run_bfcl(cfg, CATEGORIES, limit=PER_CATEGORY, logits_processor=scripted(rows, right, style)))
+        policy = scripted(rows, right, style)
+        report = asyncio.run(run_bfcl(cfg, CATEGORIES, limit=PER_CATEGORY, logits_processor=policy))
         assert len(report.entries) == len(rows) == PER_CATEGORY * len(CATEGORIES)
         wrong = [(e.id, e.error, e.output) for e in report.entries if e.valid != right]
         assert not wrong, wrong

@@ -3,7 +3,8 @@
 A row: `id` (BFCL's entry id), `category`, `question` (the last user message's text),
 `messages` (the first turn's chat messages, as BFCL sends them), `functions` (BFCL's function
 docs as the model sees them, with its language hints), `checker_functions` (the same docs without
-the hints, as BFCL's eval runner hands them to its checker), `ground_truth` (its possible answers; None for (ir)relevance),
+the hints, as BFCL's eval runner hands them to its checker), `ground_truth` (its possible answers;
+None for (ir)relevance),
 `prompt_style`, and in the `tools` style `tools`: the functions as JSON-schema tools (BFCL's own
 type conversion), which the rollout engine renders for that row instead of the env's tools.
 """
@@ -89,7 +90,8 @@ def load_category(category: str, style: PromptStyle = "tools", limit: int | None
         user = [m["content"] for m in messages if m.get("role") == "user"]
         row: dict[str, Any] = {
             "id": entry["id"], "category": category, "question": user[-1] if user else "",
-            "messages": messages, "functions": functions, "checker_functions": plain[entry["id"]], "ground_truth": truth.get(entry["id"]),
+            "messages": messages, "functions": functions, "checker_functions": plain[entry["id"]],
+            "ground_truth": truth.get(entry["id"]),
             "prompt_style": style,
         }
         if not b.utils.is_relevance_or_irrelevance(category) and row["ground_truth"] is None:

@@ -116,18 +116,17 @@ class BfclEnv(Env):
         """One turn: record what it called (decoding a `bfcl`-style answer with BFCL's decoder), end."""
         turn_no = trajectory.turns
         if isinstance(turn, ToolCalls):
-            trajectory.tool_calls += [ToolCallRecord(c.name, c.arguments, NOT_RUN, 0.0, turn=turn_no, error=NOT_RUN_NOTE)
-                                      for c in turn.calls]
+            trajectory.tool_calls += [_scored(c.name, c.arguments, turn_no) for c in turn.calls]
         elif isinstance(turn, Malformed):
-            trajectory.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=turn_no, error=turn.reason[:200]))
+            trajectory.tool_calls.append(_malformed(turn.reason, turn_no))
         elif isinstance(turn, Answer) and self.prompt_style == "bfcl":
             decoded = decode_prompting(turn.text)
             if decoded.error is not None:
                 # BFCL counts an undecodable reply as "no call" (right for irrelevance, wrong elsewhere)
-                trajectory.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=turn_no, error=decoded.error))
+                trajectory.tool_calls.append(_malformed(decoded.error, turn_no))
             for call in decoded.calls:
                 for name, args in call.items():
-                    trajectory.tool_calls.append(ToolCallRecord(name, args, NOT_RUN, 0.0, turn=turn_no, error=NOT_RUN_NOTE))
+                    trajectory.tool_calls.append(_scored(name, args, turn_no))
         return "ok"
 
     def solve(self, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -136,7 +135,8 @@ class BfclEnv(Env):
         if any(m.get("role") == "assistant" for m in row["messages"]):  # a demonstration has one model turn
             raise ValueError(f"bfcl solver: {row['id']}: the question already holds an assistant turn")
         if not truth:
-            return self.reset(row) + [{"role": "assistant", "content": "None of the given functions can be used for this."}]
+            refusal = "None of the given functions can be used for this."
+            return self.reset(row) + [{"role": "assistant", "content": refusal}]
         calls = answer_calls(truth)
         verdict = check(row, Decoded(calls))
         if not verdict.valid:  # a few possible answers allow no value BFCL's checker takes
@@ -145,8 +145,17 @@ class BfclEnv(Env):
             _check_schemas(row, calls)
         if self.prompt_style == "bfcl":
             return self.reset(row) + [{"role": "assistant", "content": prompting_text(calls)}]
-        return self.reset(row) + [{"role": "assistant", "content": "", "tool_calls": [
-            {"type": "function", "function": {"name": name, "arguments": args}} for c in calls for name, args in c.items()]}]
+        tool_calls = [{"type": "function", "function": {"name": name, "arguments": args}}
+                      for c in calls for name, args in c.items()]
+        return self.reset(row) + [{"role": "assistant", "content": "", "tool_calls": tool_calls}]
+
+
+def _scored(name: str, arguments: Any, turn: int) -> ToolCallRecord:
+    return ToolCallRecord(name, arguments, NOT_RUN, 0.0, turn=turn, error=NOT_RUN_NOTE)
+
+
+def _malformed(reason: str, turn: int) -> ToolCallRecord:
+    return ToolCallRecord("", None, MALFORMED, 0.0, turn=turn, error=reason[:200])
 
 
 def prompting_text(calls: list[dict[str, Any]]) -> str:

@@ -59,7 +59,8 @@ def check(row: dict[str, Any], decoded: Decoded) -> Verdict:
     if not b.utils.is_function_calling_format_output(decoded.calls):
         return Verdict(False, ["Did not output in the specified format."], "ast_decoder:decoder_wrong_output_format")
     language = _language(b, category)
-    result = b.ast.ast_checker(row["checker_functions"], decoded.calls, row["ground_truth"], language, category, MODEL_NAME)
+    result = b.ast.ast_checker(row["checker_functions"], decoded.calls, row["ground_truth"], language, category,
+                               MODEL_NAME)
     return Verdict(bool(result["valid"]), list(result.get("error", [])), str(result.get("error_type", "")))
 
 
