@@ -45,7 +45,7 @@ def metrics(run_dir: Path) -> list[dict]:
 
 def comparable(record: dict) -> dict:
     """A metrics record without timings (they differ between any two runs)."""
-    return {k: v for k, v in record.items() if not k.startswith(("time/", "perf/"))}
+    return {k: v for k, v in record.items() if not k.startswith(("time/", "perf/", "system/", "wall_time"))}
 
 
 def check_update_report(ranks: list[dict], world_size: int) -> None:
