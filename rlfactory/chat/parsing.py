@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlfactory.text import nesting_depth
+from rlfactory.text import has_invalid_text, nesting_depth
 from rlfactory.tools.base import ToolCall
 
 MAX_JSON_DEPTH = 100  # nested arrays/objects a tool call may have (Python's own limit is ~1000 frames)
@@ -95,7 +95,7 @@ def decode_json_prefix(text: str, start: int = 0, *, max_depth: int = MAX_JSON_D
         return JsonError(refused[0], end)
     if _max_brackets(text, start, end) > max_depth and nesting_depth(value) > max_depth:
         return JsonError(f"is nested deeper than {max_depth} levels", end)
-    if _SURROGATE_HINT.search(text, start, end) and _has_lone_surrogate(value):
+    if _SURROGATE_HINT.search(text, start, end) and has_invalid_text(value):  # a paired escape decodes whole
         # valid JSON syntax, but not Unicode: no UTF-8 encoder (MCP clients, log files) accepts it
         return JsonError("has a string with an unpaired surrogate (\\ud800-\\udfff), which is not valid Unicode", end)
     return JsonValue(value, end)
@@ -114,25 +114,6 @@ def _max_brackets(text: str, start: int, end: int) -> int:
 
 
 _SURROGATE_HINT = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")  # a surrogate, raw or escaped
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # after decoding, a paired escape is one code point
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    """Whether any string (or key) in the decoded value holds a surrogate code point."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            if _LONE_SURROGATE.search(node):
-                return True
-        elif isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return False
-
-
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"?|[\[\]{}]', re.DOTALL)  # possessive: never backtracks
 
 
