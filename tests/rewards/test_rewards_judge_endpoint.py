@@ -17,6 +17,7 @@ from rlfactory.rewards import (
     number_score,
 )
 from rlfactory.trajectory import Segment, Trajectory
+from judge_http import send_json, serving
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -51,25 +52,14 @@ class _Handler(BaseHTTPRequestHandler):
                          "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}]})
 
     def _send(self, code, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, payload, code)
 
 
 @pytest.fixture
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.seen, srv.flaky, srv.lock = [], 0, threading.Lock()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    srv.base_url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
+    with serving(_Handler, seen=[], flaky=0, lock=threading.Lock()) as srv:
+        srv.base_url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+        yield srv
 
 
 def make(answer, question="What is the capital of France?", ref="Paris", status="ok"):

@@ -3,10 +3,10 @@ back from one (a server's reply): each trajectory is still judged, and its chunk
 
 import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from judge_http import send_json, serving
 from test_rewards_judge_local import make as make_local
 from test_rewards_judge_local import tiny  # noqa: F401  (a pytest fixture)
 
@@ -41,23 +41,13 @@ class _Handler(BaseHTTPRequestHandler):
             data = b'{"choices":' + b"[" * 50_000 + b"]" * 50_000 + b"}"
         else:
             data = json.dumps({"choices": [{"message": {"role": "assistant", "content": "No."}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, data)
 
 
 @pytest.fixture
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.prompts = []
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
+    with serving(_Handler, prompts=[]) as srv:
+        yield srv
 
 
 def traj(answer: str, question: str = HOSTILE_QUESTION) -> Trajectory:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -20,6 +20,7 @@ from rlfactory.rewards.turns import (
     turns_of,
 )
 from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory
+from judge_http import send_json, serving
 
 
 def search_traj(results=("Paris is the capital of France.", "Lyon is a city."), answer="Paris") -> Trajectory:
@@ -149,24 +150,13 @@ class _Judge(BaseHTTPRequestHandler):
             self.server.prompts.append(prompt)
         step = prompt.split("The step:\n", 1)[1].split("\n\nWhat the tools returned:", 1)[0]
         reply = "yes" if "search" in step else "no" if "two calls" in step else "I am not sure"
-        data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
 
 @pytest.fixture
 def judge_server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
-    srv.prompts, srv.lock = [], threading.Lock()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1", srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join(timeout=5)
+    with serving(_Judge, prompts=[], lock=threading.Lock()) as srv:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/v1", srv
 
 
 def test_a_judge_scores_each_turn_in_context(judge_server):
