@@ -5,15 +5,18 @@ concatenation and `loss_mask` is 1 exactly on model tokens. Sampled tokens are n
 re-encoded. Serializes to JSON lines losslessly.
 
 These types sit at the bottom of the package graph, beside `rlfactory.config`, and import nothing
-of rlfactory's: the rollout engine builds trajectories, rewards and envs read them, the trainer
-learns from them.
+of rlfactory's but `rlfactory.images` (the Image type, also at the bottom): the rollout engine builds
+trajectories, rewards and envs read them, the trainer learns from them.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
+
+from rlfactory.images import Image
 
 Role = Literal["prompt", "model", "observation"]
 Status = Literal["ok", "truncated", "malformed", "infra_error"]
@@ -35,6 +38,10 @@ class Segment:
     reward_terms: dict[str, float] | None = None
     """Model segments: this turn's reward terms, raw: `step` (what env.step's results and the tools
     scored, `ToolResult.reward` summed), and each process term of `reward.turn_terms` that applied."""
+    images: list[Image] | None = None
+    """Prompt and observation segments: the images their pad tokens stand for, in order (None: no
+    images). A JSON line holds references (sha256, mime, size); `write_jsonl` stores each image once
+    as `images/<sha256>.<ext>` beside the file and `read_jsonl` reads them back."""
 
 
 @dataclass
@@ -107,12 +114,22 @@ class Trajectory:
         return "".join(s.text for s in self.segments if s.role != "prompt")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for seg, out in zip(self.segments, d["segments"]):
+            if seg.images is None:
+                del out["images"]  # lines without images stay as they were
+            else:
+                out["images"] = [im.ref() for im in seg.images]
+        return d
+
+    def images(self) -> list[Image]:
+        """Every image of every segment, in order."""
+        return [im for s in self.segments for im in s.images or ()]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
         d = dict(d)
-        d["segments"] = [Segment(**s) for s in d.get("segments", [])]
+        d["segments"] = [_segment(s) for s in d.get("segments", [])]
         d["tool_calls"] = [ToolCallRecord(**c) for c in d.get("tool_calls", [])]
         return cls(**d)
 
@@ -132,13 +149,34 @@ class Trajectory:
         return cls.from_dict(json.loads(line))
 
 
+def _segment(d: dict[str, Any]) -> Segment:
+    if d.get("images") is not None:
+        d = {**d, "images": [Image.from_ref(r) for r in d["images"]]}
+    return Segment(**d)
+
+
+def image_dir(path) -> Path:
+    """Where the images of the trajectories in the JSON-lines file `path` are stored."""
+    return Path(path).parent / "images"
+
+
 def write_jsonl(path, trajectories: list[Trajectory], mode: str = "a") -> None:
-    """Append trajectories as JSON lines; each line is written whole and flushed."""
+    """Append trajectories as JSON lines; each line is written whole and flushed, after the images
+    it references (each stored once, under `image_dir(path)`)."""
+    for im in {im.sha256: im for t in trajectories for im in t.images()}.values():
+        im.save(image_dir(path))
     with open(path, mode, encoding="utf-8") as f:
         f.write("".join(t.to_json() + "\n" for t in trajectories))
         f.flush()
 
 
 def read_jsonl(path) -> list[Trajectory]:
+    """The trajectories of a JSON-lines file, their images read back from `image_dir(path)`
+    (an `rlfactory.images.ImageError` names an image file that is missing or altered)."""
     with open(path, encoding="utf-8") as f:
-        return [Trajectory.from_json(line) for line in f if line.strip()]
+        trajectories = [Trajectory.from_json(line) for line in f if line.strip()]
+    for t in trajectories:
+        for s in t.segments:
+            if s.images:
+                s.images = [im.resolve(image_dir(path)) for im in s.images]
+    return trajectories

@@ -104,7 +104,7 @@ class ToolSessions:
         r = await s.runner.call(ToolCall(name, arguments))
         return {"name": name, "status": r.status, "is_error": r.is_error, "text": r.text, "data": _jsonable(r.data),
                 "cached": r.cached, "truncated": r.truncated, "latency_s": r.latency_s,
-                "wall_s": time.perf_counter() - t0, "has_image": bool(r.image)}
+                "wall_s": time.perf_counter() - t0, "has_image": bool(r.images)}
 
     async def close(self, sid: str) -> None:
         s = self.sessions.pop(sid, None)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from rlfactory.images import Image
+
 # Status of one call, as recorded on results and trajectories.
 OK = "ok"
 ERROR = "error"  # the tool ran and reported an error of its own
@@ -40,7 +42,9 @@ class ToolResult:
     is_error: bool = False
     status: str = OK
     data: Any = None  # structured content, when the tool gives any
-    image: str | None = None  # base64 image, when the tool gives one
+    images: list[Image] = field(default_factory=list)
+    """The pictures the tool returned, in order (rlfactory/images.py); `text` holds a short note
+    for each (`[image image/png]`), which is all a text-only model sees of them."""
     cached: bool = False
     latency_s: float = 0.0
     truncated: bool = False

@@ -7,14 +7,16 @@ also holds across runs). Only successful results are stored.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sqlite3
 import time
 from collections import OrderedDict
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any, Callable
 
+from rlfactory.images import Image
 from rlfactory.tools.base import ToolResult
 
 
@@ -62,7 +64,7 @@ class ResultCache:
         if row[1] < self.clock():
             self._db.execute("DELETE FROM results WHERE tool=? AND args=?", key)
             return None
-        result = ToolResult(**json.loads(row[0]))
+        result = _result_from_json(row[0])
         self._remember(key, result, row[1])
         return result
 
@@ -71,7 +73,7 @@ class ResultCache:
         key = (tool, args)
         self._remember(key, result, expires)
         if self._db is not None:
-            blob = json.dumps({**asdict(result), "cached": False, "latency_s": 0.0}, default=str)
+            blob = _result_to_json(result)
             self._db.execute(
                 "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?)", (tool, args, blob, min(expires, 1e300))
             )
@@ -94,3 +96,18 @@ class ResultCache:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _result_to_json(result: ToolResult) -> str:
+    """A result as one JSON text; images as base64 (they are part of what the model saw)."""
+    d = {f.name: getattr(result, f.name) for f in fields(result) if f.name != "images"}
+    d.update(cached=False, latency_s=0.0,
+             images=[{**im.ref(), "data": base64.b64encode(im.data or b"").decode()} for im in result.images])
+    return json.dumps(d, default=str)
+
+
+def _result_from_json(blob: str) -> ToolResult:
+    d = json.loads(blob)
+    images = [Image(**{**im, "data": base64.b64decode(im["data"])}) for im in d.pop("images", None) or []]
+    d.pop("image", None)  # an entry written before results carried several images
+    return ToolResult(**d, images=images)

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from rlfactory.images import Image, ImageError, image_from_value, is_image_value
 from rlfactory.tools.base import ERROR, INVALID_ARGUMENTS, ToolResult, TransportError
 
 log = logging.getLogger("rlfactory.tools")
@@ -93,13 +94,20 @@ def _strip_titles(schema: Any) -> Any:
 
 
 def result_from_value(value: Any) -> ToolResult:
-    """Turn whatever a tool function returned into a result: text for the model, data when structured."""
+    """Turn whatever a tool function returned into a result: text for the model, data when
+    structured, images when it returned a picture (a PIL image, PNG/JPEG bytes, a numpy array, an
+    `Image`) or a list mixing text and pictures. A value that claims to be a picture but cannot be
+    read is an error result saying why."""
     if isinstance(value, ToolResult):
         return value
     if value is None:
         return ToolResult(text="")
     if isinstance(value, str):
         return ToolResult(text=value)
+    if isinstance(value, (bytes, bytearray, memoryview)) or is_image_value(value):
+        return _pictures([value])
+    if isinstance(value, (list, tuple)) and any(is_image_value(v) for v in value):
+        return _pictures(list(value))
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     if isinstance(value, (dict, list, tuple, int, float, bool)):
@@ -108,6 +116,23 @@ def result_from_value(value: Any) -> ToolResult:
         except (TypeError, ValueError):
             pass
     return ToolResult(text=str(value))
+
+
+def _pictures(values: list[Any]) -> ToolResult:
+    """Text parts and pictures in order: the text joins the parts, a note standing for each picture."""
+    parts: list[str] = []
+    images: list[Image] = []
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            parts.append(v)
+            continue
+        try:
+            images.append(image_from_value(v))
+        except ImageError as e:
+            where = f"part {i + 1} of the result" if len(values) > 1 else "the result"
+            return ToolResult.error(f"the tool returned an image that cannot be shown ({where}): {e}", ERROR)
+        parts.append(images[-1].note())
+    return ToolResult(text="\n".join(parts), images=images)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import Any
 
 import mcp_types
 
+from rlfactory.images import Image, ImageError, image_from_base64
 from rlfactory.tools.base import CIRCUIT_OPEN, CRASHED, ERROR, ToolResult, TransportError
 from rlfactory.tools.mcp_config import ServerConfig
 from rlfactory.tools.mcp_session import (
@@ -346,17 +347,21 @@ def connect(name: str, cfg: ServerConfig, policy: SupervisionPolicy | None = Non
 
 
 def convert_result(result: Any) -> ToolResult:
-    """An MCP `CallToolResult` as a `ToolResult`: text blocks joined, first image kept, structure kept."""
+    """An MCP `CallToolResult` as a `ToolResult`: text blocks joined, every image kept in order (an
+    image that cannot be read becomes a line saying why), structure kept."""
     if not isinstance(result, mcp_types.CallToolResult):
         return ToolResult.error(f"unexpected result type {type(result).__name__}", ERROR)
     parts: list[str] = []
-    image: str | None = None
+    images: list[Image] = []
     for block in result.content:
         if isinstance(block, mcp_types.TextContent):
             parts.append(block.text)
         elif isinstance(block, mcp_types.ImageContent):
-            image = image or block.data
-            parts.append(f"[image {block.mime_type}]")
+            try:
+                images.append(image_from_base64(block.data, block.mime_type))
+                parts.append(images[-1].note())
+            except ImageError as e:
+                parts.append(f"[image {block.mime_type} not shown: {e}]")
         elif isinstance(block, mcp_types.EmbeddedResource):
             res = block.resource
             parts.append(res.text if isinstance(res, mcp_types.TextResourceContents) else f"[binary resource {res.uri}]")
@@ -366,7 +371,8 @@ def convert_result(result: Any) -> ToolResult:
             parts.append(f"[{getattr(block, 'type', 'content')}]")
     text = "\n".join(parts)
     is_error = bool(result.is_error)
-    return ToolResult(text=text, is_error=is_error, status=ERROR if is_error else "ok", data=result.structured_content, image=image)
+    return ToolResult(text=text, is_error=is_error, status=ERROR if is_error else "ok", data=result.structured_content,
+                      images=images)
 
 
 @dataclass
