@@ -16,7 +16,7 @@ from rlfactory.config import ConfigError
 
 # Modules that define subcommands, in the order `--help` lists them.
 COMMAND_MODULES = ["demo", "experiment", "train", "eval", "rollout", "sft", "tools", "envs", "index", "serve",
-                   "make_tiny_model", "ui", "bench"]
+                   "gateway", "make_tiny_model", "ui", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,189 @@
+"""Real agents, unchanged, against the gateway on the tiny:1m model (ScriptedPolicy makes it write
+tool calls): the OpenAI SDK's function-tool loop and the OpenAI Agents SDK's runner. The recorded
+ids are exactly the sampled ones and what the chat template renders for the conversation; a
+history the agent rewrites gives a second sample; unknown keys get a 401; crashing and hanging
+agents are infra_error trajectories while the others score."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import openai
+import pytest
+from gateway_fixtures import serving
+from openai import AsyncOpenAI
+
+from rlfactory.serve.gateway_agents import AgentEngine
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def rendered(tokenizer, messages, tools, generation_prompt=True):
+    """The chat template's own rendering, encoded (independent of the gateway's code)."""
+    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def test_openai_sdk_agent_records_exactly_the_templates_tokens(tiny):
+    import openai_agent
+
+    model, tok = tiny
+
+    async def main():
+        async with serving(model, tok) as gw:
+            key = gw.open_episode({"id": "r0"})
+            client = AsyncOpenAI(base_url=gw.base_url(), api_key=key, max_retries=0)
+            answer, messages = await openai_agent.run_agent(client, "tiny", "Add 3 and 4.")
+            return answer, messages, gw.close_episode(key), gw.stats
+
+    answer, messages, episode, stats = asyncio.run(main())
+    assert answer == "The answer is 7."
+    assert messages[2]["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 3, "b": 4}'}
+    (traj,) = episode.trajectories("r0", 0, "ok", 1.0)
+    assert [s.role for s in traj.segments] == ["prompt", "model", "observation", "model"]
+    # The conversation as the template renders it, built by hand: the whole trajectory up to the
+    # last call's generation prompt is that rendering, token for token.
+    convo = [messages[0], messages[1],
+             {"role": "assistant", "content": "", "tool_calls": [
+                 {"type": "function", "function": {"name": "add", "arguments": {"a": 3, "b": 4}}}]},
+             {"role": "tool", "content": "7"}]
+    last_prompt = rendered(tok, convo, openai_agent.TOOLS)
+    assert traj.input_ids[: len(last_prompt)] == last_prompt
+    assert traj.segments[0].token_ids == rendered(tok, convo[:2], openai_agent.TOOLS)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    first, last = traj.turn_segments()
+    assert first.token_ids == tok.encode('<tool_call>\n{"name": "add", "arguments": {"a": 3, "b": 4}}\n</tool_call>',
+                                         add_special_tokens=False) + [im_end]
+    assert last.token_ids[-1] == im_end and last.text == "The answer is 7.<|im_end|>"
+    assert len(traj.input_ids) == len(last_prompt) + len(last.token_ids)
+    assert all(len(s.logprobs) == len(s.token_ids) for s in traj.turn_segments())
+    assert [(c.name, c.arguments) for c in traj.tool_calls] == [("add", {"a": 3, "b": 4})]
+    assert traj.metrics["gateway_calls"] == 2 and stats.calls == 2 and stats.overhead_s > 0
+
+
+def test_agents_sdk_agent_runs_unchanged(tiny):
+    pytest.importorskip("agents")
+    import agents_sdk_agent
+
+    model, tok = tiny
+
+    async def main():
+        async with serving(model, tok) as gw:
+            engine = AgentEngine(gw, agents_sdk_agent.agent, agents_sdk_agent.reward, timeout_s=60)
+            return await engine.run([{"id": "a", "question": "Add 2 and 5.", "answer": 7},
+                                     {"id": "b", "question": "Add 10 and 1.", "answer": 11}], n=2)
+
+    trajs = asyncio.run(main())
+    assert [t.id for t in trajs] == ["a-0", "a-1", "b-0", "b-1"]
+    for t in trajs:
+        assert t.status == "ok" and t.reward == 1.0, (t.error, t.completion_text())
+        assert t.info["samples"] == 1 and [s.role for s in t.segments] == ["prompt", "model", "observation", "model"]
+        assert "You add numbers with the add tool." in t.segments[0].text  # the SDK's instructions
+        assert t.tool_calls[0].name == "add"
+
+
+async def summarising_agent(row, client):
+    """Drops its history after the first tool call and goes on from a summary (as context
+    managers do)."""
+    oa = AsyncOpenAI(base_url=client.base_url, api_key=client.api_key, max_retries=0)
+    import openai_agent
+
+    messages = [{"role": "user", "content": row["question"]}]
+    first = (await oa.chat.completions.create(model=client.model, messages=messages, tools=openai_agent.TOOLS)).choices[0]
+    args = json.loads(first.message.tool_calls[0].function.arguments)
+    summary = [{"role": "user", "content": f"{row['question']} Summary: add gave {openai_agent.add(**args)}."}]
+    final = await oa.chat.completions.create(model=client.model, messages=summary, tools=openai_agent.TOOLS)
+    return float(str(row["answer"]) in final.choices[0].message.content)
+
+
+def test_an_agent_that_drops_history_gives_two_samples_sharing_the_reward(tiny):
+    model, tok = tiny
+
+    async def main():
+        async with serving(model, tok) as gw:
+            return await AgentEngine(gw, summarising_agent).run([{"id": "s", "question": "Add 1 and 2.", "answer": 3}], 1)
+
+    a, b = asyncio.run(main())
+    assert (a.id, b.id) == ("s-0", "s-0.1") and a.reward == b.reward == 1.0 and a.status == b.status == "ok"
+    assert a.info["samples"] == b.info["samples"] == 2 and a.info["episode"] == b.info["episode"]
+    branch = b.info["branch"]
+    assert branch["from_sample"] == 0 and "history rewritten" in branch["reason"]
+    assert a.input_ids[: branch["first_diff"]] == b.input_ids[: branch["first_diff"]]
+    assert a.input_ids[branch["first_diff"]] != b.input_ids[branch["first_diff"]]
+    assert [s.role for s in b.segments] == ["prompt", "model"] and b.segments[1].text == "The answer is 3.<|im_end|>"
+
+
+def test_http_surface_auth_models_stream_and_n(tiny):
+    model, tok = tiny
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Add 5 and 6."}], "tools": None}
+
+    async def main():
+        async with serving(model, tok) as gw:
+            async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
+                no_key = await http.post("/v1/chat/completions", json=body)
+                bad_key = await http.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer nope"})
+                models = (await http.get("/v1/models")).json()
+                bad_json = await http.post(f"/episodes/{gw.open_episode()}/v1/chat/completions", content=b"{")
+            key = gw.open_episode()
+            sdk = AsyncOpenAI(base_url=gw.base_url(key), api_key="unused", max_retries=0)  # the key in the path
+            stream = await sdk.chat.completions.create(model="tiny", messages=body["messages"], stream=True,
+                                                       stream_options={"include_usage": True})
+            chunks = [c async for c in stream]
+            many = await sdk.chat.completions.create(model="tiny", messages=body["messages"], n=3)
+            episode = gw.close_episode(key)
+            with pytest.raises(openai.AuthenticationError, match="unknown episode key"):
+                await sdk.chat.completions.create(model="tiny", messages=body["messages"])
+            return no_key, bad_key, models, bad_json, chunks, many, episode
+
+    no_key, bad_key, models, bad_json, chunks, many, episode = asyncio.run(main())
+    assert no_key.status_code == bad_key.status_code == 401
+    assert "no episode key" in no_key.json()["error"]["message"]
+    assert "unknown episode key 'nope'" in bad_key.json()["error"]["message"]
+    assert models["data"][0]["id"] == "tiny"
+    assert bad_json.status_code == 400 and "not valid JSON" in bad_json.json()["error"]["message"]
+    calls = [c for ch in chunks for choice in ch.choices for c in (choice.delta.tool_calls or [])]
+    assert calls[0].function.name == "add" and json.loads(calls[0].function.arguments) == {"a": 5, "b": 6}
+    assert chunks[-1].usage.completion_tokens > 0
+    assert len(many.choices) == 3 and {c.finish_reason for c in many.choices} == {"tool_calls"}
+    # the streamed call is sample 0; the n=3 call sends the same prompt again, which stops inside
+    # sample 0 (a retry, not a continuation): its 3 choices are samples 1-3
+    assert len(episode.samples) == 4
+
+
+async def crashing_agent(row, client):
+    raise RuntimeError("the agent broke")
+
+
+async def hanging_agent(row, client):
+    await asyncio.sleep(3600)
+
+
+def test_crashing_hanging_and_wrong_agents_are_infra_errors_and_the_others_score(tiny):
+    import openai_agent
+
+    model, tok = tiny
+
+    async def agent(row, client):
+        return await {"crash": crashing_agent, "hang": hanging_agent, "ok": openai_agent.agent,
+                      "text": openai_agent.agent}[row["kind"]](row, client)
+
+    def score(row, answer):
+        return answer if row["kind"] == "text" else openai_agent.reward(row, answer)
+
+    rows = [{"id": k, "kind": k, "question": "Add 1 and 1.", "answer": 2} for k in ("crash", "hang", "ok", "text")]
+
+    async def main():
+        async with serving(model, tok) as gw:
+            trajs = await AgentEngine(gw, agent, score, timeout_s=3.0).run(rows, 1)
+            return trajs, dict(gw.episodes)
+
+    trajs, left_open = asyncio.run(main())
+    by = {t.group: t for t in trajs}
+    assert by["crash"].status == "infra_error" and "RuntimeError: the agent broke" in by["crash"].error
+    assert by["hang"].status == "infra_error" and "did not finish within 3 s" in by["hang"].error
+    assert by["text"].status == "infra_error" and "not a finite number" in by["text"].error
+    assert by["ok"].status == "ok" and by["ok"].reward == 1.0
+    assert all(t.reward is None for t in trajs if t.status == "infra_error")
+    assert left_open == {}  # every episode was closed, its key refused from then on
