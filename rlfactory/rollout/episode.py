@@ -42,8 +42,9 @@ from typing import Awaitable, Callable, Protocol, Sequence
 
 from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls, ToolManager
 from rlfactory.envs.base import Env
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.generator import GenerationUnavailable, GenRequest, GenResult, Generator
+from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.rollout.sampling import mix_seed
 from rlfactory.text import valid_text
 from rlfactory.tools.base import MALFORMED, NOT_RUN, OK, ToolCall, ToolResult
@@ -88,6 +89,8 @@ class Setup:
     one_call_at_a_time: bool = False
     priority: int = 0
     """GenRequest.priority of every turn."""
+    observer: RolloutObserver | None = None
+    """Told of each turn as it happens (observer.py); None: nobody watches."""
 
 
 async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, index: int,
@@ -102,9 +105,11 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
     included), gen_tokens, obs_tokens, wall_s (this trajectory's own start to end). Never raises
     for the trajectory's own failures (they become its status, GenerationUnavailable included);
     any other generator failure, or an env hook returning something that is not a status, propagates.
+    `setup.observer`, when set, is told of each turn's start, tokens, tools and end (observer.py).
     """
     t0 = time.perf_counter()
-    rollout, tm = setup.rollout, setup.tool_manager
+    rollout, tm, observer = setup.rollout, setup.tool_manager, setup.observer
+    in_turn = False  # between the observer's turn_started and turn_ended
     traj.segments.append(Segment("prompt", list(prompt_ids), setup.decode(prompt_ids)))
     traj.metrics.update(gen_s=0.0, queue_s=0.0, tool_s=0.0, gen_tokens=0.0, obs_tokens=0.0)
     context = list(prompt_ids)
@@ -117,6 +122,9 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
             request = GenRequest(list(context), min(rollout.max_new_tokens, budget), setup.sampling,
                                  setup.stop_token_ids, setup.stop_strings, session,
                                  None if seed is None else mix_seed(seed, traj.turns), setup.priority)
+            if observer is not None:
+                observer.turn_started(traj, request)
+                in_turn = True
             try:
                 result = await setup.schedule.generate(setup.generator, request, index)
             except GenerationUnavailable as e:  # e.g. every generation server down: this trajectory only
@@ -129,6 +137,8 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
             traj.segments.append(Segment("model", list(result.token_ids), result.text, list(result.logprobs), version))
             context.extend(result.token_ids)
             _add(traj, gen_s=result.gen_s, queue_s=result.queue_s, gen_tokens=len(result.token_ids))
+            if observer is not None:
+                observer.tokens_generated(traj, result)
             if result.finish_reason == "length":
                 return _end(traj, "truncated")
 
@@ -190,8 +200,13 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
             traj.segments.append(Segment("observation", obs, setup.decode(obs)))
             context.extend(obs)
             _add(traj, obs_tokens=len(obs))
+            if observer is not None:
+                in_turn = False
+                observer.turn_ended(traj)
     finally:
         traj.metrics["wall_s"] = time.perf_counter() - t0
+        if in_turn and observer is not None:  # the trajectory ended (or raised) during this turn
+            observer.turn_ended(traj)
 
 
 async def parse_turn(tm: ToolManager, text: str) -> ParseResult:
@@ -220,6 +235,8 @@ async def run_tools(traj: Trajectory, calls: list[ToolCall], setup: Setup, index
             return [r for call in calls for r in await setup.env.step([call], setup.runner)]
         return list(await setup.env.step(calls, setup.runner))
 
+    if setup.observer is not None:
+        setup.observer.tools_started(traj, calls)
     t0 = time.perf_counter()
     try:
         results = await setup.schedule.tools(step, index)
@@ -231,6 +248,8 @@ async def run_tools(traj: Trajectory, calls: list[ToolCall], setup: Setup, index
     if wrong is not None:
         return [], f"the tool step returned a {type(wrong).__name__} where a ToolResult belongs"
     results = [_valid(r) for r in results]
+    if setup.observer is not None:
+        setup.observer.tool_results(traj, calls, results)
     for call, res in zip(calls, results):
         traj.tool_calls.append(ToolCallRecord(
             call.name, call.arguments, res.status, float(res.latency_s), bool(res.cached), turn=traj.turns,

@@ -18,7 +18,13 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from rlfactory.rollout.generator import GenRequest, GenResult
+    from rlfactory.rollout.observer import RolloutObserver
+    from rlfactory.tools.base import ToolCall, ToolResult
+    from rlfactory.trajectory import Trajectory
 
 PROMPT_ENV = "rlfactory.rollout.prompt_env:PromptEnv"
 
@@ -31,7 +37,7 @@ def emit(event: dict[str, Any]) -> None:
 def build_config(req: dict[str, Any]) -> Any:
     """The RunConfig of a playground request (ConfigError names the key)."""
     from rlfactory.config import apply_overrides, read_yaml, validate
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
 
     path = Path(req["config"]) if req.get("config") else None
     data: dict[str, Any] = {}
@@ -62,55 +68,30 @@ def build_config(req: dict[str, Any]) -> Any:
     return validate(RunConfig, data, f"{path or 'playground'} (with {' '.join(overrides)})", base_dir)
 
 
-class GeneratorTap:
-    """Wraps the generator: reports the prompt, each observation and each model turn as it happens."""
+def watcher(tokens: Callable[[list[int], list[float] | None], list], decode: Callable[[list[int]], str]) -> RolloutObserver:
+    """The rollout's observer that streams it: the prompt, each model turn, its tool calls and
+    results, and each observation (emitted as the next turn starts, when the model reads it)."""
+    from rlfactory.rollout.observer import RolloutObserver
 
-    def __init__(self, inner: Any, tokens: Callable[[list[int], list[float] | None], list], decode: Callable) -> None:
-        self.inner, self.tokens, self.decode = inner, tokens, decode
-        self.context = 0
+    def turn_started(traj: Trajectory, request: GenRequest) -> None:
+        seg = traj.segments[-1]  # the prompt, or the observation this turn continues from
+        kind = "prompt" if traj.turns == 0 else "observation"
+        emit({"type": kind, "tokens": tokens(seg.token_ids, None), "text": decode(seg.token_ids)})
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def _before(self, ids: list[int]) -> None:
-        if self.context == 0:
-            emit({"type": "prompt", "tokens": self.tokens(ids, None), "text": self.decode(ids)})
-        elif len(ids) > self.context:
-            new = ids[self.context:]
-            emit({"type": "observation", "tokens": self.tokens(new, None), "text": self.decode(new)})
-        self.context = len(ids)
-
-    def _after(self, res: Any) -> None:
-        emit({"type": "model", "tokens": self.tokens(res.token_ids, res.logprobs), "text": res.text or self.decode(res.token_ids),
+    def tokens_generated(traj: Trajectory, res: GenResult) -> None:
+        emit({"type": "model", "tokens": tokens(res.token_ids, res.logprobs), "text": res.text or decode(res.token_ids),
               "finish_reason": res.finish_reason, "gen_s": res.gen_s})
-        self.context += len(res.token_ids)
 
-    async def submit(self, request: Any) -> Any:
-        self._before(list(request.prompt_ids))
-        res = await self.inner.submit(request)
-        self._after(res)
-        return res
-
-    async def generate(self, requests: list[Any]) -> list[Any]:
-        return [await self.submit(r) for r in requests]
-
-
-class EnvTap:
-    """Wraps the env: reports each tool turn's calls and results."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    async def step(self, calls: list[Any], runner: Any) -> list[Any]:
+    def tools_started(traj: Trajectory, calls: list[ToolCall]) -> None:
         emit({"type": "tool_calls", "calls": [{"name": c.name, "arguments": c.arguments} for c in calls]})
-        results = await self.inner.step(calls, runner)
+
+    def tool_results(traj: Trajectory, calls: list[ToolCall], results: list[ToolResult]) -> None:
         emit({"type": "tool_results", "results": [
             {"name": c.name, "status": r.status, "is_error": r.is_error, "text": r.text, "latency_s": r.latency_s,
              "cached": r.cached} for c, r in zip(calls, results)]})
-        return results
+
+    return RolloutObserver(turn_started=turn_started, tokens_generated=tokens_generated, tools_started=tools_started,
+                           tool_results=tool_results)
 
 
 def script_policy(script: list[str], tokenizer: Any, tool_manager: Any) -> Any:
@@ -154,15 +135,13 @@ async def run(req: dict[str, Any]) -> None:
     async with open_rollout(cfg, model=model, tokenizer=tokenizer, logits_processor=processor,
                             reward_mode="off") as session:  # scored below, only when an answer is given
         engine = session.engine
-        engine.generator = GeneratorTap(engine.generator, tokens, decode)
-        engine.env = EnvTap(engine.env)
         emit({"type": "status", "message": f"rolling out ({len(session.runner.specs())} tools)",
               "tools": [s.name for s in session.runner.specs()]})
         answer = (req.get("answer") or "").strip()
         row = {"id": "playground", "question": req["question"]}
         if answer:
             row.update(answer=answer, golden_answers=[answer])
-        (traj,) = await engine.run([row], 1)
+        (traj,) = await engine.run([row], 1, observer=watcher(tokens, decode))
         if answer and traj.status != "infra_error":
             from rlfactory.config import ConfigError
             from rlfactory.rewards import build_reward
