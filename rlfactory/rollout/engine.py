@@ -15,15 +15,17 @@ The engine does not score: `Trajectory.reward` stays None.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import uuid
 from typing import Any, Awaitable, Callable, Sequence
 
 from rlfactory.chat.base import ToolManager
 from rlfactory.envs.base import Env, missing_members
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.episode import Setup, rollout_one
 from rlfactory.rollout.generator import GenRequest, GenResult, Generator
+from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.rollout.sampling import mix_seed
 from rlfactory.tools.base import ToolResult, ToolSpec
 from rlfactory.trajectory import Trajectory
@@ -69,8 +71,16 @@ class RolloutEngine:
         if self.tokenizer is None:
             raise ValueError("RolloutEngine needs a tokenizer (pass tokenizer= or give the generator one)")
 
+    def with_generator(self, generator: Generator) -> RolloutEngine:
+        """This engine generating with `generator` instead (asynchronous training's copy of the
+        policy); everything else shared."""
+        other = copy.copy(self)
+        other.generator = generator
+        return other
+
     async def run(self, rows: list[dict[str, Any]], n: int, policy_version: int = 0, *,
-                  seeds: Sequence[int] | None = None, priority: int = 0) -> list[Trajectory]:
+                  seeds: Sequence[int] | None = None, priority: int = 0,
+                  observer: RolloutObserver | None = None) -> list[Trajectory]:
         """n trajectories per row, row-major (row 0's n, then row 1's ...).
 
         Row i's n trajectories form one group, named after the row's `id` (its index when it has
@@ -81,6 +91,7 @@ class RolloutEngine:
         from (seeds[i], k, turn) (GenRequest.seed), so each trajectory samples the same tokens
         whatever else is rolled out beside it (in this call, or split over several engines).
         `priority` goes on every turn's request (GenRequest.priority: lower is served first).
+        `observer` is told of every trajectory's turns as they happen (observer.py).
         """
         if seeds is not None and len(seeds) != len(rows):
             raise ValueError(f"RolloutEngine.run: {len(seeds)} seeds for {len(rows)} rows")
@@ -88,7 +99,7 @@ class RolloutEngine:
         trajs, prompts = self._start(rows, n)
         schedule: Concurrent | Lockstep = (Lockstep(len(trajs), sequential=self.rollout.lockstep_tools == "sequential")
                                            if lockstep else Concurrent(self.rollout.max_concurrent))
-        setup = self._setup(schedule, policy_version, priority)
+        setup = self._setup(schedule, policy_version, priority, observer)
         forget = getattr(self.generator, "forget", None)  # a generator that keeps no caches has none
 
         async def one(i: int) -> None:
@@ -115,7 +126,8 @@ class RolloutEngine:
             raise
         return trajs
 
-    def _setup(self, schedule: Concurrent | Lockstep, policy_version: int, priority: int = 0) -> Setup:
+    def _setup(self, schedule: Concurrent | Lockstep, policy_version: int, priority: int = 0,
+               observer: RolloutObserver | None = None) -> Setup:
         tm, tok = self.tool_manager, self.tokenizer
         stop_ids = list(tm.stop_token_ids())
         return Setup(
@@ -125,7 +137,7 @@ class RolloutEngine:
             stop_token_ids=stop_ids, stop_strings=list(tm.stop_strings()),
             stop_texts={i: tok.decode([i], skip_special_tokens=False) for i in stop_ids},
             one_call_at_a_time=self.rollout.mode == "lockstep" and self.rollout.lockstep_tools == "sequential",
-            priority=priority,
+            priority=priority, observer=observer,
         )
 
     def _start(self, rows: list[dict[str, Any]], n: int) -> tuple[list[Trajectory], list[list[int] | None]]:
