@@ -1,0 +1,114 @@
+"""examples/units (README "Your own task"): the env's rows, its MCP server, its solver and its config.
+
+The solver's demonstrations are replayed through a real rollout: rlfactory's tiny model is forced
+(ScriptedPolicy) to write the demonstrator's turns token by token, the engine parses them, the real
+MCP server (units_server.py, started from mcp.json) answers the call, and the env's reward scores
+the result, so a demonstration that the reward would refuse fails here."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlfactory.cli.main import main
+from rlfactory.trajectory import read_jsonl
+
+UNITS = Path(__file__).resolve().parents[2] / "examples" / "units"
+CONFIG = str(UNITS / "units.yaml")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def units_env():
+    sys.path.insert(0, str(UNITS))
+    try:
+        import units_env
+        import unitconv
+
+        yield units_env, unitconv
+    finally:
+        sys.path.remove(str(UNITS))
+
+
+def test_rows_are_deterministic_and_test_amounts_never_occur_in_training(units_env):
+    mod, conv = units_env
+    rows = mod.make_rows(0, 300, 100)
+    assert rows == mod.make_rows(0, 300, 100) and rows != mod.make_rows(1, 300, 100)
+    assert len(rows["train"]) == 300 and len(rows["test"]) == 100
+    train_values = {r["value"] for r in rows["train"]}
+    for row in rows["test"]:
+        assert row["value"] not in train_values
+        assert str(row["value"]) in row["question"] and row["from_unit"] in row["question"]
+    for row in rows["train"] + rows["test"]:
+        result = conv.convert_value(row["value"], row["from_unit"], row["to_unit"])
+        assert result.denominator == 1 and row["answer"][0] == str(result.numerator)
+    assert conv.convert_text(37, "hours", "minutes") == "37 hours = 2220 minutes"
+    assert conv.convert_text(3, "mi", "feet") == "3 miles = 15840 feet"
+    assert conv.convert_text(1, "inch", "cm") == "1 inches = 2.54 centimeters"
+    with pytest.raises(ValueError, match="cannot convert hours \\(time\\) to kilograms \\(mass\\)"):
+        conv.convert_text(2, "hours", "kg")
+    with pytest.raises(ValueError, match="unknown unit 'hourz'"):
+        conv.convert_text(2, "hourz", "minutes")
+
+
+def test_the_solver_replayed_through_the_real_server_earns_the_whole_reward(units_env):
+    from rlfactory.chat.template import ModelTurn
+    from rlfactory.cli.common import load_run_config
+    from rlfactory.rollout.build import open_rollout
+    from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
+    from rlfactory.tools.base import ToolCall
+    from rlfactory.train.evaluate import evaluate
+
+    cfg = load_run_config(CONFIG, ["rollout.max_new_tokens=64"])
+
+    async def go():
+        async with open_rollout(cfg) as session:
+            env, tm, tok = session.env, session.tool_manager, session.tokenizer
+            rows = env.load_split("test")[:12] + env.load_split("train")[:12]
+            by_question = {r["question"]: r for r in rows}
+            end = tok.convert_tokens_to_ids("<|im_end|>")
+
+            def turn_text(message) -> str:
+                calls = [ToolCall(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []]
+                ids = tm.model_turn_ids(ModelTurn(calls=calls, content=message["content"]))
+                return tok.decode([i for i in ids if i != end], skip_special_tokens=False)
+
+            def plan(context: str) -> TurnPlan:
+                question = re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", context, re.S)[0]  # the question (tool results come as user turns)
+                turns = [m for m in env.solve(by_question[question]) if m["role"] == "assistant"]
+                return TurnPlan(free=0, forced=turn_text(turns[context.count("<tool_response>")]))
+
+            session.generator.logits_processor = ScriptedPolicy(tok, plan, end)
+            report = await evaluate(session.engine, session.reward, rows)
+            # the server's text is the solver's text, call for call
+            for row, q in zip(rows, report["questions"]):
+                demo = env.solve(row)
+                assert q["calls"] == [[{"name": "convert", "arguments": demo[2]["tool_calls"][0]["function"]["arguments"],
+                                        "status": "ok"}]], q
+            return report
+
+    report = asyncio.run(go())
+    assert report["averages"]["accuracy"] == 1.0, [q for q in report["questions"] if q["accuracy"] != 1.0][:2]
+    assert all(q["reward_terms"] == {"exact_match": 1.0, "format": 1.0} for q in report["questions"])
+
+
+def test_the_config_lists_the_server_rolls_out_and_warm_starts(tmp_path, capsys):
+    assert main(["tools", "list", "--config", CONFIG]) == 0
+    listed = capsys.readouterr().out
+    assert "convert  [server: units]" in listed and "1 tool(s)" in listed
+    out = tmp_path / "units.jsonl"
+    assert main(["rollout", CONFIG, "--n", "2", "--limit", "4", "--out", str(out),
+                 "rollout.max_new_tokens=12"]) == 0
+    trajs = read_jsonl(out)
+    assert len(trajs) == 8 and all("convert" in t.segments[0].text for t in trajs)
+    assert "reward:       mean" in capsys.readouterr().out
+    sft_out = tmp_path / "sft"
+    assert main(["sft", CONFIG, "sft.steps=2", "sft.full_text_steps=1", "sft.demos=4", "sft.batch_size=2",
+                 "sft.check_rows=2", f"sft.out={sft_out}"]) == 0
+    assert json.loads((sft_out / "warm_start.json").read_text())["rows"] == 2
