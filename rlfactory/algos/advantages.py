@@ -21,15 +21,21 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from rlfactory.algos.registry import import_named
 from rlfactory.algos.utils import masked_whiten
+from rlfactory.registry import Registry
 
 OUTCOME = "outcome"
 TOKEN = "token"
 TURN = "turn"
 KINDS = (OUTCOME, TOKEN, TURN)
 
-_ADVANTAGES: dict[str, tuple[Callable[..., object], str]] = {}
+def _adopt(fn: Callable[..., object], name: str) -> tuple[Callable[..., object], str]:
+    """A `module:function` estimator: kind "outcome", or the kind it is registered with already."""
+    return fn, next((k for f, k in _ADVANTAGES.values() if f is fn), OUTCOME)
+
+
+# name -> (estimator, kind)
+_ADVANTAGES: Registry[tuple[Callable[..., object], str]] = Registry("advantage estimator", adopt=_adopt)
 
 
 def register_advantage(name: str, *aliases: str, kind: str = OUTCOME) -> Callable[[Callable], Callable]:
@@ -39,9 +45,7 @@ def register_advantage(name: str, *aliases: str, kind: str = OUTCOME) -> Callabl
 
     def deco(fn: Callable) -> Callable:
         for n in (name, *aliases):
-            if n in _ADVANTAGES and _ADVANTAGES[n][0] is not fn:
-                raise ValueError(f"advantage estimator {n!r} is already registered")
-            _ADVANTAGES[n] = (fn, kind)
+            _ADVANTAGES.add(n, fn, (fn, kind))
         return fn
 
     return deco
@@ -51,32 +55,24 @@ def resolve_advantage(name: str) -> str:
     """The registry name of `name`: a registered name as it is; for `module:function` the module is
     imported (registering what it decorates): `function` may be a name registered there, or a
     plain function, which is then registered under `module:function` (kind "outcome", or the kind
-    it is registered with). A ValueError lists the known names otherwise."""
-    if name in _ADVANTAGES:
-        return name
-    if ":" not in name:
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(list_advantages())} "
-                         "(or `module:function`)")
-    registered, fn = import_named(name, _ADVANTAGES, "advantage estimator")
-    if registered is not None:
-        return registered
-    _ADVANTAGES[name] = (fn, next((k for f, k in _ADVANTAGES.values() if f is fn), OUTCOME))
-    return name
+    it is registered with). An unknown name is a ConfigError (a ValueError) with the closest and
+    the known names."""
+    return _ADVANTAGES.resolve(name)
 
 
 def get_advantage(name: str) -> Callable[..., object]:
     """The estimator named `name` (see `resolve_advantage`)."""
-    return _ADVANTAGES[resolve_advantage(name)][0]
+    return _ADVANTAGES.lookup(name)[0]
 
 
 def advantage_kind(name: str) -> str:
     """"outcome" (rewards [B] -> advantages [B]), "token" (GAE: needs values and token rewards) or
     "turn" (per-turn rewards -> advantages [B, K], turns.py)."""
-    return _ADVANTAGES[resolve_advantage(name)][1]
+    return _ADVANTAGES.lookup(name)[1]
 
 
 def list_advantages() -> list[str]:
-    return sorted(_ADVANTAGES)
+    return _ADVANTAGES.names()
 
 
 def _group_stats(rewards: Tensor, groups: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -24,50 +24,33 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from rlfactory.algos.registry import import_named
 from rlfactory.algos.utils import agg_loss, entropy_from_logits, masked_mean
+from rlfactory.registry import Registry
 
 PolicyLoss = Callable[..., tuple[Tensor, dict[str, float]]]
-_POLICY_LOSSES: dict[str, PolicyLoss] = {}
+_POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
 
 def register_policy_loss(name: str, *aliases: str) -> Callable[[PolicyLoss], PolicyLoss]:
     """Decorator: register a policy loss under `name` (and `aliases`)."""
-
-    def deco(fn: PolicyLoss) -> PolicyLoss:
-        for n in (name, *aliases):
-            if n in _POLICY_LOSSES and _POLICY_LOSSES[n] is not fn:
-                raise ValueError(f"policy loss {n!r} is already registered")
-            _POLICY_LOSSES[n] = fn
-        return fn
-
-    return deco
+    return _POLICY_LOSSES.register(name, *aliases)
 
 
 def resolve_policy_loss(name: str) -> str:
     """The registry name of `name`: a registered name as it is; for `module:function` the module is
     imported (registering what it decorates): `function` may be a name registered there, or a
     plain function with the signature above, which is then registered under `module:function`.
-    A ValueError lists the known names otherwise."""
-    if name in _POLICY_LOSSES:
-        return name
-    if ":" not in name:
-        raise ValueError(f"unknown policy loss {name!r}; known: {', '.join(list_policy_losses())} "
-                         "(or `module:function`)")
-    registered, fn = import_named(name, _POLICY_LOSSES, "policy loss")
-    if registered is not None:
-        return registered
-    _POLICY_LOSSES[name] = fn
-    return name
+    An unknown name is a ConfigError (a ValueError) with the closest and the known names."""
+    return _POLICY_LOSSES.resolve(name)
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
     """The policy loss named `name` (see `resolve_policy_loss`)."""
-    return _POLICY_LOSSES[resolve_policy_loss(name)]
+    return _POLICY_LOSSES.lookup(name)
 
 
 def list_policy_losses() -> list[str]:
-    return sorted(_POLICY_LOSSES)
+    return _POLICY_LOSSES.names()
 
 
 def _token_advantages(advantages: Tensor, mask: Tensor) -> Tensor:

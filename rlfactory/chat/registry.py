@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from rlfactory.chat.base import ToolManager
@@ -10,13 +9,12 @@ from rlfactory.chat.llama3 import Llama3ToolManager
 from rlfactory.chat.qwen3 import Qwen3ToolManager
 from rlfactory.chat.searchr1 import SearchR1ToolManager
 from rlfactory.chat.template_family import TemplateToolManager
+from rlfactory.registry import Registry
 
-FAMILIES: dict[str, type] = {
-    "qwen3": Qwen3ToolManager,
-    "llama3": Llama3ToolManager,
-    "searchr1": SearchR1ToolManager,
-    "template": TemplateToolManager,
-}
+FAMILIES: Registry[type] = Registry("ToolManager family", "model.family", "class", remember_refs=False)
+for _name, _cls in (("qwen3", Qwen3ToolManager), ("llama3", Llama3ToolManager), ("searchr1", SearchR1ToolManager),
+                    ("template", TemplateToolManager)):
+    FAMILIES.add(_name, _cls)
 # config.model_type -> family, used only when the tokenizer has no chat template to go by
 _MODEL_TYPES = {
     "qwen3": "qwen3", "qwen3_moe": "qwen3", "qwen2": "qwen3", "qwen2_moe": "qwen3",
@@ -54,31 +52,12 @@ def guess_family(tokenizer: Any, model_type: str | None = None) -> str:
                      f"template); set model.family to one of {sorted(FAMILIES)} or module:Class")
 
 
-def load_class(spec: str) -> type:
-    """`package.module:ClassName` -> the class."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"a ToolManager class is given as module:Class, got {spec!r}")
-    try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"cannot load ToolManager class {spec!r}: {e}") from e
-    if not isinstance(obj, type):
-        raise ValueError(f"{spec!r} is not a class")
-    return obj
-
-
 def make_tool_manager(tokenizer: Any, family: str | None = None, model_type: str | None = None,
                       **opts: Any) -> ToolManager:
     """Build the ToolManager for `tokenizer`. `family`: qwen3 | llama3 | searchr1 | template | module:Class, or
     None to guess from `model_type` / the chat template. `opts` go to the class's constructor."""
     name = family or guess_family(tokenizer, model_type)
-    if ":" in name:
-        cls = load_class(name)
-    elif name in FAMILIES:
-        cls = FAMILIES[name]
-    else:
-        raise ValueError(f"unknown ToolManager family {name!r}; choose one of {sorted(FAMILIES)} or module:Class")
+    cls = FAMILIES.lookup(name)
     manager = cls(tokenizer, **opts)
     missing = [m for m in ("render_prompt", "parse", "render_observation", "stop_token_ids") if not hasattr(manager, m)]
     if missing:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from rlfactory.server_process import exit_with_parent
 
@@ -66,12 +67,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import(spec: str):
-    import importlib
+def _import(spec: str) -> Any:
+    """The logits-processor factory `spec` names (MODULE:FACTORY; MODULE may live in the current folder)."""
+    from rlfactory.imports import import_ref
 
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise ValueError(f"--logits-processor must be MODULE:FACTORY, got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    return getattr(importlib.import_module(module), name)
+    return import_ref(spec, "--logits-processor", "function")

@@ -11,7 +11,6 @@ time: `load_weights` replaces the weights in place and sets the version its mode
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import sys
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 import torch
 
+from rlfactory.imports import import_ref
 from rlfactory.rollout.config import SamplingConfig
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.trajectory import Trajectory
@@ -26,14 +26,6 @@ from rlfactory.trajectory import Trajectory
 
 class StaleWorker(RuntimeError):
     """A worker was asked to roll out a policy version it does not hold."""
-
-
-def import_factory(ref: str) -> Any:
-    """`module:function` -> the function."""
-    module, _, name = ref.partition(":")
-    if not module or not name:
-        raise ValueError(f"expected MODULE:FACTORY, got {ref!r}")
-    return getattr(importlib.import_module(module), name)
 
 
 def load_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
@@ -78,7 +70,8 @@ class RolloutWorker:
         if self.logits_processor:
             if not isinstance(self.session.generator, LocalGenerator):
                 raise ValueError("a logits_processor needs generator.backend: local")
-            self.session.generator.logits_processor = import_factory(self.logits_processor)(self.session.tokenizer)
+            factory = import_ref(self.logits_processor, "logits_processor", "function")
+            self.session.generator.logits_processor = factory(self.session.tokenizer)
         if weights is not None:
             await self.load_weights(weights, version)
         return {"pid": os.getpid(), "tools": [s.name for s in self.session.runner.specs()]}

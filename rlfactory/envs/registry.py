@@ -21,11 +21,10 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from rlfactory.config import ConfigError
 from rlfactory.envs.base import Env, missing_members
-from rlfactory.imports import did_you_mean, import_module_named, import_ref
+from rlfactory.imports import did_you_mean, import_module_named
+from rlfactory.registry import Registry
 
 E = TypeVar("E", bound=type)
-
-_REGISTRY: dict[str, type] = {}
 
 # name -> "module:Class" of the built-in envs, imported on first use.
 _BUILTIN: dict[str, str] = {
@@ -40,6 +39,11 @@ _BUILTIN: dict[str, str] = {
 }
 
 ENTRY_POINT_GROUP = "rlfactory.envs"
+
+# Envs by name: registered with @register_env, and the built-ins (imported on first use). A
+# `module:Class` is imported on each lookup and never listed (the catalog shows names only).
+_REGISTRY: Registry[type] = Registry("env", "env.name", "class", lazy=_BUILTIN, remember_refs=False)
+_UNKNOWN_HINT = "; an env registered with @register_env in your own module needs `env.module: <module>` to import it"
 
 
 def builtin_envs() -> dict[str, str]:
@@ -67,18 +71,7 @@ def load_entry_point(ep: EntryPoint) -> type:
 
 def register_env(name: str) -> Callable[[E], E]:
     """Class decorator: make an env class available to `make_env(name)` and `env.name` in configs."""
-
-    def deco(cls: E) -> E:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"env name {name!r} is already registered to {_REGISTRY[name].__qualname__}")
-        _REGISTRY[name] = cls
-        return cls
-
-    return deco
-
-
-def _import_class(spec: str) -> type:
-    return import_ref(spec, "env.name", "class")
+    return _REGISTRY.register(name)
 
 
 def env_class(name_or_spec: str | type) -> type:
@@ -89,29 +82,17 @@ def env_class(name_or_spec: str | type) -> type:
     in your own module needs `env.module`."""
     if isinstance(name_or_spec, type):
         return name_or_spec
-    if name_or_spec in _REGISTRY:
-        return _REGISTRY[name_or_spec]
-    if name_or_spec in _BUILTIN:
-        _import_class(_BUILTIN[name_or_spec])  # importing the module registers it
-        if name_or_spec in _REGISTRY:
-            return _REGISTRY[name_or_spec]
-        return _import_class(_BUILTIN[name_or_spec])
-    if ":" in name_or_spec:
-        return _import_class(name_or_spec)
+    if name_or_spec in _REGISTRY or name_or_spec in _BUILTIN or ":" in name_or_spec:
+        return _REGISTRY.lookup(name_or_spec)
     installed = installed_envs()
     if name_or_spec in installed:
         return load_entry_point(installed[name_or_spec])
-    known = registered_envs()
-    raise ConfigError(
-        f"env.name: unknown env {name_or_spec!r}{did_you_mean(name_or_spec, known)} (registered: {', '.join(known)}); "
-        f"an env registered with @register_env in your own module needs `env.module: <module>` so that it is "
-        f"imported, or give `module:Class`"
-    )
+    raise _REGISTRY.unknown(name_or_spec, registered_envs(), _UNKNOWN_HINT)
 
 
 def registered_envs() -> list[str]:
     """Every env name a config can use: built-in, installed (entry points) and registered in code."""
-    return sorted(set(_REGISTRY) | set(_BUILTIN) | set(installed_envs()))
+    return sorted(set(_REGISTRY.names()) | set(installed_envs()))
 
 
 def _has_own_init(cls: type) -> bool:

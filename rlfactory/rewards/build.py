@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rlfactory.config import ConfigError
+from rlfactory.imports import import_ref
 from rlfactory.rewards.base import Reward
 from rlfactory.rewards.compose import ComposedReward
 from rlfactory.rewards.config import JudgeConfig, RewardConfig, VerifyConfig
 from rlfactory.rewards.judge import DEFAULT_TEMPLATE, JudgeReward, LocalJudge, OpenAIJudge, number_score, parse_yes_no
 from rlfactory.rewards.rule import RuleReward
-from rlfactory.rewards.text import answer_extractor, import_object
+from rlfactory.rewards.text import answer_extractor
 from rlfactory.rewards.turns import DEFAULT_TURN_TEMPLATE, JudgeTurnReward, TurnRuleReward, WithTurnRewards
 from rlfactory.rewards.verify import VerifyReward, artifact_arguments, same_output, same_rows
 from rlfactory.tools.base import Tool
@@ -104,7 +105,7 @@ def build_judge_reward(cfg: JudgeConfig) -> JudgeReward:
         judge,
         template or DEFAULT_TEMPLATE,
         parse,
-        answer_extractor=answer_extractor(cfg.answer),
+        answer_extractor=answer_extractor(cfg.answer, "reward.judge.answer"),
         batch_size=cfg.batch_size,
         fallback=cfg.fallback,
         on_error=cfg.on_error,
@@ -126,7 +127,7 @@ def build_verify_reward(cfg: VerifyConfig, tools: Mapping[str, Tool]) -> VerifyR
     if cfg.tool in tools:
         tool = tools[cfg.tool]
     elif ":" in cfg.tool:
-        tool = import_object(cfg.tool)
+        tool = import_ref(cfg.tool, "reward.verify.tool")
         if not isinstance(tool, Tool):
             from rlfactory.tools.function import function_tool
 
@@ -134,13 +135,14 @@ def build_verify_reward(cfg: VerifyConfig, tools: Mapping[str, Tool]) -> VerifyR
     else:
         raise ValueError(f"reward.verify.tool {cfg.tool!r} is not one of the env's tools ({', '.join(sorted(tools)) or 'none'}) "
                          "nor a module:attr")
-    make = import_object(cfg.arguments) if cfg.arguments else artifact_arguments(cfg.argument, answer_extractor(cfg.artifact))
+    make = (import_ref(cfg.arguments, "reward.verify.arguments", "function") if cfg.arguments
+            else artifact_arguments(cfg.argument, answer_extractor(cfg.artifact, "reward.verify.artifact")))
     if cfg.compare in ("rows", "ordered_rows"):
         compare = same_rows(cfg.expected_key or "expected_rows", ordered=cfg.compare == "ordered_rows")
     elif cfg.compare == "output":
         compare = same_output(cfg.expected_key or "expected_output")
     elif ":" in cfg.compare:
-        compare = import_object(cfg.compare)
+        compare = import_ref(cfg.compare, "reward.verify.compare", "function")
     else:
         raise ValueError(f"reward.verify.compare {cfg.compare!r}: use rows, ordered_rows, output or module:function")
     return VerifyReward(tool, make, compare)

@@ -27,7 +27,7 @@ def row_needs(reward: Any) -> RowNeeds:
     """What `reward` (rule, judge or composed; of other rewards nothing can be told) needs."""
     from rlfactory.rewards.compose import ComposedReward
     from rlfactory.rewards.judge import JudgeReward
-    from rlfactory.rewards.rule import _TERMS, RuleReward
+    from rlfactory.rewards.rule import RuleReward, term_of
 
     needs = RowNeeds()
     parts = [reward]
@@ -36,7 +36,7 @@ def row_needs(reward: Any) -> RowNeeds:
         if isinstance(part, ComposedReward):
             parts += [r for r, _ in part.parts.values()]
         elif isinstance(part, RuleReward):
-            readers = [n for n in part.weights if "references" in _TERMS[n].params]
+            readers = [n for n in part.weights if "references" in term_of(n).params]
             if readers:
                 needs.reads_references += readers
                 needs.references = part.references
@@ -91,7 +91,7 @@ def term_reads_missing_key(reward: Any, info: dict[str, Any], where: str) -> str
     rightly need the model's text)."""
     import inspect
 
-    from rlfactory.rewards.rule import _TERMS, ARGUMENTS_HINT
+    from rlfactory.rewards.rule import ARGUMENTS_HINT, term_of
     from rlfactory.trajectory import Trajectory
 
     for rule in rule_rewards(reward):
@@ -100,7 +100,7 @@ def term_reads_missing_key(reward: Any, info: dict[str, Any], where: str) -> str
             trajectory = Trajectory(id="check", group="check", info=watched)
             try:
                 kwargs = rule._kwargs(name, {"answer": None, "references": rule.references(trajectory)})
-                value = _TERMS[name].fn(trajectory, **kwargs)
+                value = term_of(name).fn(trajectory, **kwargs)
                 if inspect.iscoroutine(value):
                     value.close()  # not run here: an async term is checked when it scores
             except KeyError as e:

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from rlfactory.config import ConfigError
+from rlfactory.registry import Registry
 from rlfactory.rewards.base import RewardScore, require_scorable
 from rlfactory.rewards.text import (
     AnswerExtractor,
     exact_match,
-    import_object,
     numbers_equal,
     parse_number,
     references_of,
@@ -47,9 +47,6 @@ class _Term:
     var_kw: bool  # accepts **kwargs
 
 
-_TERMS: dict[str, _Term] = {}
-
-
 def _describe(fn: TermFn) -> _Term:
     params = list(inspect.signature(fn).parameters.values())[1:]
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
@@ -57,33 +54,27 @@ def _describe(fn: TermFn) -> _Term:
     return _Term(fn, names, var_kw)
 
 
+_TERMS: Registry[_Term] = Registry("reward term", adopt=lambda fn, name: _describe(fn))
+
+
 def reward_term(name: str) -> Callable[[TermFn], TermFn]:
     """Decorator: register `fn(trajectory, **wanted) -> float` as the rule term `name`."""
+    return _TERMS.register(name)
 
-    def deco(fn: TermFn) -> TermFn:
-        if name in _TERMS and _TERMS[name].fn is not fn:
-            raise ValueError(f"reward term {name!r} is already registered (by {_TERMS[name].fn.__module__})")
-        _TERMS[name] = _describe(fn)
-        return fn
 
-    return deco
+def term_of(name: str) -> _Term:
+    """The term `name`: registered, or for `module:function` that function (imported, registered).
+    An unknown name is a ConfigError with the closest and the known names."""
+    return _TERMS.lookup(name)
 
 
 def get_term(name: str) -> TermFn:
-    """The term registered as `name`, or for `module:function` that function (imported, registered)."""
-    if name not in _TERMS and ":" in name:
-        reward_term(name)(import_object(name))
-    try:
-        return _TERMS[name].fn
-    except KeyError:
-        from rlfactory.imports import did_you_mean
-
-        raise ValueError(f"unknown reward term {name!r}{did_you_mean(name, _TERMS)} (known: {', '.join(sorted(_TERMS))}, "
-                         "or module:function)") from None
+    """The function of the term `name` (see `term_of`)."""
+    return term_of(name).fn
 
 
 def list_terms() -> list[str]:
-    return sorted(_TERMS)
+    return _TERMS.names()
 
 
 class RewardTermError(ConfigError):
@@ -141,7 +132,7 @@ class RuleReward:
             raise ValueError(f"options given for terms without a weight: {', '.join(sorted(unknown))}")
 
     def _kwargs(self, name: str, context: dict[str, Any]) -> dict[str, Any]:
-        term = _TERMS[name]
+        term = term_of(name)
         given = {**context, **self.options.get(name, {})}
         if term.var_kw:
             return given
@@ -156,7 +147,7 @@ class RuleReward:
         terms: dict[str, float] = {}
         for name in self.weights:
             try:
-                value = _TERMS[name].fn(trajectory, **self._kwargs(name, context))
+                value = term_of(name).fn(trajectory, **self._kwargs(name, context))
                 if inspect.isawaitable(value):
                     value = await value
                 terms[name] = float(value)

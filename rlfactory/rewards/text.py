@@ -7,13 +7,14 @@ articles a/an/the, collapse whitespace, in that order. Extractors read a `Trajec
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 import string
 from collections import Counter
 from typing import Any, Callable, Iterable
 
+from rlfactory.config import ConfigError
+from rlfactory.imports import import_ref
 from rlfactory.trajectory import Trajectory
 
 AnswerExtractor = Callable[[Trajectory], "str | None"]
@@ -170,19 +171,9 @@ def code_block(lang: str | None = None) -> AnswerExtractor:
     return extract
 
 
-def import_object(spec: str) -> Any:
-    """`module.path:attr` -> the object."""
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise ValueError(f"expected 'module:attribute', got {spec!r}")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def answer_extractor(spec: str | AnswerExtractor) -> AnswerExtractor:
-    """An extractor from a spec: "tag:NAME", "boxed", "last_turn", "code" / "code:LANG", "module:fn"."""
+def answer_extractor(spec: str | AnswerExtractor, key: str = "reward.answer") -> AnswerExtractor:
+    """An extractor from a spec: "tag:NAME", "boxed", "last_turn", "code" / "code:LANG", "module:fn"
+    (`key`: the config key that gave it, for errors)."""
     if callable(spec):
         return spec
     if spec.startswith("tag:"):
@@ -194,8 +185,9 @@ def answer_extractor(spec: str | AnswerExtractor) -> AnswerExtractor:
     if spec == "code" or spec.startswith("code:"):
         return code_block(spec[5:] or None)
     if ":" in spec:
-        return import_object(spec)
-    raise ValueError(f"unknown answer extractor {spec!r}: use tag:NAME, boxed, last_turn, code[:LANG] or module:fn")
+        return import_ref(spec, key, "function")
+    raise ConfigError(f"{key}: unknown answer extractor {spec!r}: use tag:NAME, boxed, last_turn, code[:LANG] "
+                      "or module:fn")
 
 
 # --- dataset row fields --------------------------------------------------------------------------

@@ -26,9 +26,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from rlfactory.registry import Registry
 from rlfactory.rewards.base import Reward, RewardScore, require_scorable, score_many
 from rlfactory.rewards.rule import term_error
-from rlfactory.rewards.text import import_object, normalize_answer, question_of, references_of
+from rlfactory.rewards.text import normalize_answer, question_of, references_of
 from rlfactory.tools.base import OK
 from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory
 
@@ -79,40 +80,35 @@ class _TurnTerm:
     var_kw: bool
 
 
-_TURN_TERMS: dict[str, _TurnTerm] = {}
+def _describe(fn: TurnTermFn, name: str) -> _TurnTerm:
+    params = list(inspect.signature(fn).parameters.values())[2:]
+    named = frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return _TurnTerm(fn, named, any(p.kind is p.VAR_KEYWORD for p in params))
+
+
+_TURN_TERMS: Registry[_TurnTerm] = Registry("turn term", adopt=_describe)
 
 
 def turn_term(name: str) -> Callable[[TurnTermFn], TurnTermFn]:
     """Decorator: register `fn(trajectory, turn, **wanted) -> float | None` as the turn term `name`."""
     if name == STEP:
         raise ValueError(f"turn term name {STEP!r} is reserved for the rollout's step rewards (ToolResult.reward)")
+    return _TURN_TERMS.register(name)
 
-    def deco(fn: TurnTermFn) -> TurnTermFn:
-        if name in _TURN_TERMS and _TURN_TERMS[name].fn is not fn:
-            raise ValueError(f"turn term {name!r} is already registered (by {_TURN_TERMS[name].fn.__module__})")
-        params = list(inspect.signature(fn).parameters.values())[2:]
-        named = frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-        _TURN_TERMS[name] = _TurnTerm(fn, named, any(p.kind is p.VAR_KEYWORD for p in params))
-        return fn
 
-    return deco
+def turn_term_of(name: str) -> _TurnTerm:
+    """The turn term `name`: registered, or for `module:function` that function (imported,
+    registered). An unknown name is a ConfigError with the closest and the known names."""
+    return _TURN_TERMS.lookup(name)
 
 
 def get_turn_term(name: str) -> TurnTermFn:
-    """The turn term registered as `name`, or for `module:function` that function (imported, registered)."""
-    if name not in _TURN_TERMS and ":" in name:
-        turn_term(name)(import_object(name))
-    try:
-        return _TURN_TERMS[name].fn
-    except KeyError:
-        from rlfactory.imports import did_you_mean
-
-        raise ValueError(f"unknown turn term {name!r}{did_you_mean(name, _TURN_TERMS)} (known: "
-                         f"{', '.join(sorted(_TURN_TERMS))}, or module:function)") from None
+    """The function of the turn term `name` (see `turn_term_of`)."""
+    return turn_term_of(name).fn
 
 
 def list_turn_terms() -> list[str]:
-    return sorted(_TURN_TERMS)
+    return _TURN_TERMS.names()
 
 
 # --- scoring -----------------------------------------------------------------------------------
@@ -140,14 +136,14 @@ class TurnRuleReward:
         if unknown:
             raise ValueError(f"reward.turn_options given for turn terms without a weight: {', '.join(sorted(unknown))}")
         for name, opts in self.options.items():
-            term = _TURN_TERMS[name]
+            term = turn_term_of(name)
             bad = set(opts) - term.params
             if bad and not term.var_kw:
                 raise ValueError(f"turn term {name!r} takes no option(s) {', '.join(sorted(bad))}")
         self.references = references
 
     def _kwargs(self, name: str, references: list[str]) -> dict[str, Any]:
-        term = _TURN_TERMS[name]
+        term = turn_term_of(name)
         given = {"references": references, **self.options.get(name, {})}
         return given if term.var_kw else {k: v for k, v in given.items() if k in term.params}
 
@@ -158,7 +154,7 @@ class TurnRuleReward:
             terms: dict[str, float] = {}
             for name in self.weights:
                 try:
-                    value = _TURN_TERMS[name].fn(trajectory, turn, **self._kwargs(name, refs))
+                    value = turn_term_of(name).fn(trajectory, turn, **self._kwargs(name, refs))
                     if inspect.isawaitable(value):
                         value = await value
                     if value is not None:

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import importlib
 import logging
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Sequence
 
+from rlfactory.imports import import_ref
 from rlfactory.text import valid_text
 from rlfactory.tools.base import (
     CRASHED,
@@ -91,17 +91,6 @@ def _as_tool(obj: Any) -> Tool:
     raise TypeError(f"not a tool or a function: {obj!r}")
 
 
-def import_function(ref: str) -> Callable[..., Any]:
-    """`package.module:function` -> the function (for `tools.python` entries)."""
-    module, sep, attr = ref.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError(f"python tool {ref!r}: expected `module:function`")
-    obj: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 class ToolRunner:
     """Runs tool calls: Python tools, MCP servers from config, model and agent tools.
 
@@ -147,7 +136,7 @@ class ToolRunner:
     def from_config(cls, cfg: ToolsConfig, python_tools: Iterable[Any] = (), mcp: Any = None,
                     connect_server: Callable[[str, ServerConfig, SupervisionPolicy], Any] | None = None) -> "ToolRunner":
         """A runner with the config's tools (`tools.python`, `tools.mcp`) plus an env's own tools."""
-        tools = [function_tool(import_function(ref)) for ref in cfg.python]
+        tools = [function_tool(import_ref(ref, f"tools.python[{i}]", "function")) for i, ref in enumerate(cfg.python)]
         tools += [_as_tool(t) for t in python_tools]
         return cls(tools, cfg, mcp, connect_server)
 

@@ -9,6 +9,7 @@ import pytest
 
 from rlfactory.chat import Llama3ToolManager, Qwen3ToolManager, SearchR1ToolManager, ToolCalls, make_tool_manager
 from rlfactory.chat.registry import guess_family
+from rlfactory.config import ConfigError
 
 
 def test_named_families_and_options(tiny_tokenizer):
@@ -60,7 +61,7 @@ def test_user_class_from_module_colon_class(tiny_tokenizer, tmp_path, monkeypatc
     assert isinstance(m.parse('<tool_call>{"name": "a"}</tool_call>'), ToolCalls)
     with pytest.raises(ValueError, match="lacks render_prompt"):
         make_tool_manager(tiny_tokenizer, "my_family:NotAManager")
-    with pytest.raises(ValueError, match="cannot load"):
+    with pytest.raises(ConfigError, match="^model.family: 'my_family' has no class 'Missing'"):
         make_tool_manager(tiny_tokenizer, "my_family:Missing")
-    with pytest.raises(ValueError, match="cannot load"):
+    with pytest.raises(ConfigError, match="^model.family: no module named 'no_such_module_xyz'"):
         make_tool_manager(tiny_tokenizer, "no_such_module_xyz:Thing")

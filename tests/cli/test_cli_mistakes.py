@@ -214,7 +214,7 @@ def test_reward_term_typo_inside_the_env_names_the_env_file(scratch, tmp_path, c
     cfg, module = scratch(term="exact_mach")
     assert rollout(cfg, tmp_path) == 2
     line = one_line(capsys)
-    assert f"env.name: '{module}:NoteEnv': reward() raised ValueError: unknown reward term 'exact_mach'; " \
+    assert f"env.name: '{module}:NoteEnv': reward() raised ConfigError: unknown reward term 'exact_mach'; " \
            "did you mean 'exact_match'?" in line
     assert f"{module}.py:" in line
 
