@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlfactory.chat.template import ModelTurn
+from rlfactory.chat.vision import VisionToolManager, sample_with_images
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 
 SAMPLE_TOOLS = [
@@ -68,7 +69,8 @@ def check_token_contract(tool_manager: Any, tokenizer: Any | None = None, model_
 
     `tokenizer` decodes tokens for the error message (default: the manager's); `model_name` (e.g.
     model.path) is named in it too. A user ToolManager without `model_turn_ids` / `reference_ids`
-    cannot be checked: a warning says so.
+    cannot be checked: a warning says so. A vision-language manager (`VisionToolManager`) is checked on
+    the same conversation with an image in the question and two in the first tool result.
     """
     if not (hasattr(tool_manager, "model_turn_ids") and hasattr(tool_manager, "reference_ids")):
         warnings.warn(f"ToolManager {type(tool_manager).__name__} has no model_turn_ids/reference_ids; "
@@ -80,9 +82,12 @@ def check_token_contract(tool_manager: Any, tokenizer: Any | None = None, model_
     if model_name:
         family = f"{family} ToolManager for model {model_name}"
     steps = sample_steps(bool(getattr(tool_manager, "thinks", False)))
+    messages = SAMPLE_MESSAGES
+    if isinstance(tool_manager, VisionToolManager):  # image turns: a picture in the question and two in a result
+        messages, steps = sample_with_images(messages, steps)
     try:
-        ids, segments = _incremental(tool_manager, SAMPLE_MESSAGES, SAMPLE_TOOLS, steps)
-        reference = list(tool_manager.reference_ids(SAMPLE_MESSAGES, SAMPLE_TOOLS, steps))
+        ids, segments = _incremental(tool_manager, messages, SAMPLE_TOOLS, steps)
+        reference = list(tool_manager.reference_ids(messages, SAMPLE_TOOLS, steps))
     except ValueError as e:  # e.g. the template cannot render this family's turns at all
         raise TokenContractError(f"{family}: cannot render the sample conversation: {e}") from e
     stops = set(tool_manager.stop_token_ids())

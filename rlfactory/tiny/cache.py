@@ -1,4 +1,4 @@
-"""`resolve_model`: turn `tiny:1m` / `tiny:10m` into a cached directory, made on first use.
+"""`resolve_model`: turn `tiny:1m` / `tiny:10m` (and `tiny-vl:1m`) into a cached directory, made on first use.
 
 Cache: `$RLFACTORY_CACHE/tiny-<size>-seed<seed>` when RLFACTORY_CACHE is set, else
 `~/.cache/rlfactory/tiny-<size>-seed<seed>`. Concurrent callers (threads, processes) are safe: one
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlfactory.tiny.model import MARKER, RECIPE_VERSION, SIZES, make_tiny_model
+from rlfactory.tiny.vl import is_current_vl, make_tiny_vl_model, parse_tiny_vl_spec
 
 _thread_lock = threading.Lock()  # flock is per open file, so also serialise threads of one process
 
@@ -57,6 +58,12 @@ def ensure_tiny(size: str, seed: int = 0) -> Path:
     return build_once(tiny_dir(size, seed), lambda out: make_tiny_model(out, size=size, seed=seed), _is_current)
 
 
+def ensure_tiny_vl(size: str, seed: int = 0) -> Path:
+    """The cached tiny vision-language model folder (`tiny-vl:<size>[:<seed>]`, rlfactory/tiny/vl.py)."""
+    return build_once(cache_root() / f"tiny-vl-{size}-seed{seed}",
+                      lambda out: make_tiny_vl_model(out, size=size, seed=seed), is_current_vl)
+
+
 def build_once(final: Path, build: Callable[[Path], object], is_current: Callable[[Path], bool] | None = None) -> Path:
     """`final`, built by `build(tmp_dir)` unless it exists (and `is_current(final)`, when given).
 
@@ -88,7 +95,11 @@ def build_once(final: Path, build: Callable[[Path], object], is_current: Callabl
 
 
 def resolve_model(path_or_spec: str) -> str:
-    """A loadable model directory: `tiny:<size>[:<seed>]` resolves to the cache; other strings pass through."""
+    """A loadable model directory: `tiny:<size>[:<seed>]` and `tiny-vl:<size>[:<seed>]` resolve to the
+    cache; other strings pass through."""
+    vl = parse_tiny_vl_spec(path_or_spec)
+    if vl is not None:
+        return str(ensure_tiny_vl(*vl))
     parsed = parse_tiny_spec(path_or_spec)
     if parsed is None:
         return path_or_spec
