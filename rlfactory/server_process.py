@@ -12,7 +12,6 @@ at interpreter exit. The commands take `--exit-with-parent PID`, so a crash leav
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import tempfile
@@ -22,6 +21,8 @@ import weakref
 from typing import IO
 
 import httpx
+
+from rlfactory.tools.process import stop_group
 
 
 def exit_with_parent(parent_pid: int) -> None:
@@ -44,19 +45,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _stop(proc: subprocess.Popen, log: IO[bytes], grace_s: float) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=grace_s)
+    stop_group(proc, grace_s)
     log.close()
 
 

@@ -66,8 +66,9 @@ import sys
 from rlfactory.config import ConfigError
 from rlfactory.envs.sandbox_bwrap import SHM_BYTES, bwrap_command, enter_layout, sandbox_layout
 from rlfactory.envs.sandbox_proc import (RUN_PROGRAM, SANDBOX_ENV, SandboxResult, budget_summary, has_cgroup,
-                                         kill_group, make_budget, rlimits, set_rlimits, supervise)
+                                         make_budget, rlimits, set_rlimits, supervise)
 from rlfactory.envs.sandbox_weak import arun_weak, weak_summary
+from rlfactory.tools.process import signal_group
 
 __all__ = ["SANDBOX_MODES", "SandboxResult", "SandboxUnavailable", "arun_python", "check_sandbox", "run_python",
            "sandbox_support"]
@@ -263,7 +264,7 @@ async def _end_namespace(proc: asyncio.subprocess.Process, init: asyncio.Future)
                 except asyncio.TimeoutError:
                     pass
             if proc.returncode is None:
-                kill_group(proc.pid)
+                signal_group(proc.pid, signal.SIGKILL)
         await proc.wait()
         if pidfd is not None:
             await asyncio.wait_for(_readable(pidfd), 10.0)

@@ -26,6 +26,8 @@ import signal
 import uuid
 from dataclasses import dataclass
 
+from rlfactory.tools.process import signal_each
+
 PREFIX = "rlfactory-sandbox-"  # + the trainer's pid + a random part
 
 
@@ -209,11 +211,7 @@ class SandboxCgroup:
             alive = self.pids()
             if not alive:
                 return
-            for pid in alive:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            signal_each(alive, signal.SIGKILL)
 
     def remove(self) -> None:
         """Remove the cgroup's directories; an error names the one that stayed (it still holds a process)."""

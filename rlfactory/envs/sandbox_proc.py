@@ -5,9 +5,7 @@ of one call (stdin, time limit, memory watch, kill, capped output)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import resource
-import signal
 import sys
 from dataclasses import dataclass
 from typing import Awaitable, Callable
@@ -125,13 +123,6 @@ def set_rlimits(limits: list[tuple[int, int]]) -> None:
     for which, value in limits:
         hard = value + 1 if which == resource.RLIMIT_CPU else value  # SIGXCPU first, then SIGKILL
         resource.setrlimit(which, (value, hard))
-
-
-def kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 async def supervise(proc: asyncio.subprocess.Process, stdin: str, timeout_s: float, max_output_chars: int,

@@ -25,8 +25,9 @@ import subprocess
 import sys
 import tempfile
 
-from rlfactory.envs.sandbox_proc import (RUN_PROGRAM, SANDBOX_ENV, SandboxResult, budget_summary, kill_group,
-                                         make_budget, rlimits, set_rlimits, supervise)
+from rlfactory.envs.sandbox_proc import (RUN_PROGRAM, SANDBOX_ENV, SandboxResult, budget_summary, make_budget,
+                                         rlimits, set_rlimits, supervise)
+from rlfactory.tools.process import signal_group
 
 _CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
@@ -204,7 +205,7 @@ async def arun_weak(code: str, *, timeout_s: float, memory_mb: int, max_output_c
                     await asyncio.wait_for(proc.wait(), 2.0)
                 except (ProcessLookupError, asyncio.TimeoutError):
                     pass
-            kill_group(proc.pid)
+            signal_group(proc.pid, signal.SIGKILL)
             await proc.wait()
 
         return await supervise(proc, stdin, timeout_s, max_output_chars, kill=kill, budget=budget)

@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlfactory.studio import procs
 from rlfactory.studio.configs import ConfigIssue, check_config, resolved_yaml
 from rlfactory.studio.paths import BadPath, safe_name
 from rlfactory.studio.preflight import Preflight, command_env
+from rlfactory.tools import process
 from rlfactory.train.history import RESTART_FLAG, start_over_refusal
 
 COMMANDS = ("train", "sft", "eval")
@@ -90,7 +90,7 @@ class JobManager:
                 job = Job(**json.loads(rec.read_text()))
             except (OSError, ValueError, TypeError):
                 continue
-            if job.state == "running" and not (job.pid and procs.alive(job.pid, job.pid_start)):
+            if job.state == "running" and not (job.pid and process.alive(job.pid, job.pid_start)):
                 self._ended_elsewhere(job)
             self.jobs[job.id] = job
 
@@ -121,7 +121,7 @@ class JobManager:
         job = self.jobs.get(job_id)
         if job is None:
             raise KeyError(f"no job {job_id!r}")
-        if job.state == "running" and job.id not in self._procs and not procs.alive(job.pid or -1, job.pid_start):
+        if job.state == "running" and job.id not in self._procs and not process.alive(job.pid or -1, job.pid_start):
             self._ended_elsewhere(job)
         return job
 
@@ -219,7 +219,7 @@ class JobManager:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     cwd=self.workspace, env=env, start_new_session=True)
-        job.pid, job.pid_start = proc.pid, procs.start_time(proc.pid)
+        job.pid, job.pid_start = proc.pid, process.start_time(proc.pid)
         with self._lock:
             self.jobs[job_id] = job
             self._procs[job_id] = proc
@@ -247,28 +247,24 @@ class JobManager:
         job = self.get(job_id)
         if job.state != "running" or job.pid is None:
             return job
-        tree = procs.descendants(job.pid)
+        tree = process.descendants(job.pid)
         job.stop = {"signal": "SIGINT", "requested": time.time(), "processes": len(tree) + 1}
         self._save(job)
-        os.kill(job.pid, signal.SIGINT)
+        process.signal_each([job.pid], signal.SIGINT)
         deadline = time.monotonic() + wait_s
-        while procs.alive(job.pid, job.pid_start) and time.monotonic() < deadline:
+        while process.alive(job.pid, job.pid_start) and time.monotonic() < deadline:
             time.sleep(0.1)
         escalated = []
-        if procs.alive(job.pid, job.pid_start):
+        if process.alive(job.pid, job.pid_start):
             tree.append((job.pid, job.pid_start or 0))
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            left = [(p, s) for p, s in tree if procs.alive(p, s)]
+            left = [(p, s) for p, s in tree if process.alive(p, s)]
             if not left:
                 break
-            for p, _ in left:
-                try:
-                    os.kill(p, sig)
-                except ProcessLookupError:
-                    pass
+            process.signal_each([p for p, _ in left], sig)
             escalated.append({"signal": sig.name, "pids": [p for p, _ in left]})
             end = time.monotonic() + 5
-            while any(procs.alive(p, s) for p, s in left) and time.monotonic() < end:
+            while any(process.alive(p, s) for p, s in left) and time.monotonic() < end:
                 time.sleep(0.1)
         proc = self._procs.get(job.id)
         if proc is not None:
@@ -276,7 +272,7 @@ class JobManager:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        job.stop.update(escalated=escalated, survivors=[p for p, s in tree if procs.alive(p, s)], done=time.time())
+        job.stop.update(escalated=escalated, survivors=[p for p, s in tree if process.alive(p, s)], done=time.time())
         if job.id not in self._procs and job.state == "running":
             job.state, job.reason = "stopped", "interrupted"
         self._save(job)

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rlfactory.studio import procs
+from rlfactory.tools import process
 
 
 class PlaygroundRun:
@@ -70,7 +70,7 @@ class PlaygroundRun:
     def stop(self) -> None:
         if self.proc.poll() is not None:
             return
-        tree = procs.descendants(self.proc.pid)
+        tree = process.descendants(self.proc.pid)
         self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(timeout=15)
@@ -78,11 +78,9 @@ class PlaygroundRun:
             self.proc.kill()
             self.proc.wait()
         end = time.monotonic() + 5
-        while any(procs.alive(p, s) for p, s in tree) and time.monotonic() < end:
+        while any(process.alive(p, s) for p, s in tree) and time.monotonic() < end:
             time.sleep(0.1)
-        for p, s in tree:
-            if procs.alive(p, s):
-                os.kill(p, signal.SIGKILL)
+        process.signal_each([p for p, s in tree if process.alive(p, s)], signal.SIGKILL)
 
 
 class Playground:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ import uuid
 from pathlib import Path
 
 from rlfactory.studio.configs import ConfigIssue
+from rlfactory.tools.process import kill_group
 
 CHECK_TIMEOUT_S = 120.0
 _KEY = re.compile(r"^([A-Za-z_][\w.\[\]]*):\s")
@@ -84,12 +84,7 @@ class Preflight:
 
 
 def _end(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
+    kill_group(proc)
 
 
 def main(argv: list[str]) -> int:

@@ -20,6 +20,8 @@ import signal
 import sys
 from pathlib import Path
 
+from rlfactory.tools import process
+
 log = logging.getLogger("rlfactory.tools.stdio")
 
 NS_INIT = str(Path(__file__).with_name("ns_init.py"))
@@ -63,20 +65,8 @@ async def _try_unshare() -> list[str] | None:
 
 
 def _parent_pids() -> dict[int, int]:
-    """pid -> parent pid of every process visible in /proc (none where there is no /proc)."""
-    parents: dict[int, int] = {}
-    if not os.path.isdir("/proc"):
-        return parents
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(fields[1])
-    return parents
+    """pid -> parent pid of every process visible in /proc, zombies too (none where there is no /proc)."""
+    return {pid: st.ppid for pid, st in process.process_table().items()}
 
 
 def _ancestors(pid: int, parents: dict[int, int]) -> list[int]:
@@ -129,8 +119,4 @@ def _pipe_holders(inodes: set[int], parents: dict[int, int]) -> list[int]:
 
 def kill_all(pids: list[int]) -> None:
     """SIGKILL each of `pids`; those already gone are skipped."""
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    process.signal_each(pids, signal.SIGKILL)

@@ -30,6 +30,7 @@ import signal
 import termios
 
 from rlfactory.tools import proctree
+from rlfactory.tools.process import signal_group
 
 log = logging.getLogger("rlfactory.tools.stdio")
 
@@ -240,7 +241,4 @@ class StdioProcess:
         _LIVE.discard(self)
 
     def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self.pid, sig)

@@ -205,12 +205,13 @@ def test_weak_mode_reports_a_signal_as_in_strict_mode():
 AS_NOBODY = """
 import asyncio, importlib.util, json, os, sys, types
 root, outside, token = sys.argv[1:4]
-for name in ("rlfactory", "rlfactory.envs"):  # the weak sandbox's three modules only need the standard library
+# the weak sandbox's modules (and the process helpers they use) only need the standard library
+for name in ("rlfactory", "rlfactory.envs", "rlfactory.tools"):
     m = types.ModuleType(name)
     m.__path__ = []
     sys.modules[name] = m
-for mod in ("sandbox_cgroup", "sandbox_proc", "sandbox_weak"):
-    spec = importlib.util.spec_from_file_location(f"rlfactory.envs.{mod}", f"{root}/rlfactory/envs/{mod}.py")
+for mod in ("tools.process", "envs.sandbox_cgroup", "envs.sandbox_proc", "envs.sandbox_weak"):
+    spec = importlib.util.spec_from_file_location(f"rlfactory.{mod}", f"{root}/rlfactory/{mod.replace('.', '/')}.py")
     m = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = m
     spec.loader.exec_module(m)

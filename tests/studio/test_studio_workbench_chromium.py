@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rlfactory.studio import procs
+from rlfactory.tools import process as procs
 
 pytestmark = [pytest.mark.chromium, pytest.mark.slow]
 
