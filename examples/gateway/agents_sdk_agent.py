@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
-from openai import AsyncOpenAI
 
 set_tracing_disabled(True)  # no trace upload: the trainer records what matters
 
@@ -18,8 +17,7 @@ def add(a: int, b: int) -> int:
 
 
 async def agent(row: dict, client: Any) -> str:
-    model = OpenAIChatCompletionsModel(model=client.model, openai_client=AsyncOpenAI(
-        base_url=client.base_url, api_key=client.api_key, max_retries=0))
+    model = OpenAIChatCompletionsModel(model=client.model, openai_client=client.openai(max_retries=0))
     calculator = Agent(name="calculator", instructions="You add numbers with the add tool.", tools=[add], model=model)
     result = await Runner.run(calculator, row["question"], max_turns=4)
     return str(result.final_output)

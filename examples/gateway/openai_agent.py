@@ -48,9 +48,11 @@ async def run_agent(client: AsyncOpenAI, model: str, question: str, max_turns: i
 
 
 async def agent(row: dict, client: Any) -> str:
-    """Entry point: `client` carries base_url, api_key and model (rlfactory's AgentClient)."""
-    openai_client = AsyncOpenAI(base_url=client.base_url, api_key=client.api_key, max_retries=0)
-    answer, _ = await run_agent(openai_client, client.model, row["question"])
+    """Entry point: `client` (rlfactory's AgentClient) carries base_url, api_key and model;
+    `client.openai()` is `AsyncOpenAI(base_url=..., api_key=...)` on a connection pool shared by
+    the step's episodes."""
+    async with client.openai(max_retries=0) as openai_client:
+        answer, _ = await run_agent(openai_client, client.model, row["question"])
     return answer
 
 

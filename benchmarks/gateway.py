@@ -1,0 +1,112 @@
+"""The same agent task run as a native env and through the recording gateway, on tiny:1m.
+
+Task: "Add A and B." with an `add` tool: one tool call, then the answer (ScriptedPolicy makes the
+untrained model write them, so both paths sample the same number of tokens per turn).
+  native   RolloutEngine + PromptEnv + a function tool `add` (ToolRunner)
+  gateway  AgentEngine running examples/gateway/openai_agent.py (OpenAI SDK, AsyncOpenAI over HTTP
+           to the in-process gateway), the agent running `add` itself
+Both roll out ROWS trajectories at once; ROUNDS alternating rounds, medians reported.
+Prints trajectories/s of both, the ratio of wall times (target <= 1.3x), and the gateway's added
+latency per call (in-gateway time outside generation: render, parse, record; target < 2 ms).
+
+    .venv/bin/python benchmarks/gateway.py [--rows 32] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "gateway"))
+sys.path.insert(0, str(ROOT / "tests" / "serve"))
+
+
+def add(a: int, b: int) -> str:
+    """Add two integers.
+
+    Args:
+        a: first
+        b: second
+    """
+    return str(a + b)
+
+
+async def native(model, tok, rows):
+    from gateway_fixtures import add_plan, scripted_generator, tool_manager
+
+    from rlfactory.config import RolloutConfig, SamplingConfig
+    from rlfactory.rollout.engine import RolloutEngine
+    from rlfactory.rollout.prompt_env import PromptEnv
+    from rlfactory.tools import ToolRunner, function_tool
+
+    gen = scripted_generator(model, tok, add_plan())
+    runner = ToolRunner([function_tool(add)])
+    engine = RolloutEngine(gen, tool_manager(tok), runner, PromptEnv(system="You add numbers with the add tool."),
+                           RolloutConfig(max_new_tokens=64, max_total_tokens=2048, max_turns=4),
+                           SamplingConfig(temperature=1.0))
+    t0 = time.perf_counter()
+    trajs = await engine.run(rows, 1)
+    wall = time.perf_counter() - t0
+    await runner.aclose()
+    gen.close()
+    assert all(t.status == "ok" and t.turns == 2 for t in trajs), [(t.status, t.error) for t in trajs]
+    return wall, sum(t.turns for t in trajs), 0.0
+
+
+async def gateway(model, tok, rows):
+    import openai_agent
+    from gateway_fixtures import serving
+
+    from rlfactory.serve.gateway_agents import AgentEngine
+
+    async with serving(model, tok) as gw:
+        engine = AgentEngine(gw, openai_agent.agent, openai_agent.reward, timeout_s=600)
+        t0 = time.perf_counter()
+        trajs = await engine.run(rows, 1)
+        wall = time.perf_counter() - t0
+        assert all(t.status == "ok" and t.reward == 1.0 and t.turns == 2 for t in trajs), [(t.status, t.error) for t in trajs]
+        return wall, gw.stats.calls, 1000 * gw.stats.overhead_s / gw.stats.calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlfactory.tiny import resolve_model
+
+    torch.set_num_threads(1)
+    path = resolve_model("tiny:1m")
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
+    rows = [{"id": f"r{i}", "question": f"Add {i} and {2 * i + 1}.", "answer": 3 * i + 1} for i in range(args.rows)]
+    asyncio.run(native(model, tok, rows[:2]))  # warm-up: both paths' first-call costs
+    asyncio.run(gateway(model, tok, rows[:2]))
+    walls: dict[str, list[float]] = {"native": [], "gateway": []}
+    overheads = []
+    for r in range(args.rounds):
+        for name, fn in (("native", native), ("gateway", gateway)):
+            wall, calls, overhead_ms = asyncio.run(fn(model, tok, rows))
+            walls[name].append(wall)
+            if name == "gateway":
+                overheads.append(overhead_ms)
+            print(f"round {r + 1} {name:8s} {wall:6.2f} s  {args.rows / wall:6.2f} traj/s  ({calls} model calls)"
+                  + (f"  gateway overhead {overhead_ms:.3f} ms/call" if name == "gateway" else ""), flush=True)
+    n, g = statistics.median(walls["native"]), statistics.median(walls["gateway"])
+    print(f"\nmedians over {args.rounds} rounds, {args.rows} trajectories each, tiny:1m, 1 torch thread:")
+    print(f"  native env        {n:6.2f} s  {args.rows / n:6.2f} traj/s")
+    print(f"  gateway (OpenAI)  {g:6.2f} s  {args.rows / g:6.2f} traj/s")
+    print(f"  gateway / native wall time: {g / n:.2f}x (target <= 1.3x)")
+    print(f"  gateway overhead per call (median of rounds): {statistics.median(overheads):.3f} ms (target < 2 ms)")
+
+
+if __name__ == "__main__":
+    main()
