@@ -21,6 +21,7 @@ import torch
 from rlfactory.imports import import_ref
 from rlfactory.rollout.config import SamplingConfig
 from rlfactory.rollout.local import LocalGenerator
+from rlfactory.rollout.weights import load_weights
 from rlfactory.trajectory import Trajectory
 
 
@@ -30,16 +31,10 @@ class StaleWorker(RuntimeError):
 
 def load_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
     """Copy `state` (name -> tensor or numpy array, see weights.policy_state) into `model`'s
-    parameters in place. Every parameter must be given, and nothing else."""
+    parameters in place. Every parameter must be given, and nothing else (WeightsMismatch)."""
     from rlfactory.distributed.weights import from_wire
 
-    params = dict(model.named_parameters())
-    missing, extra = sorted(set(params) - set(state)), sorted(set(state) - set(params))
-    if missing or extra:
-        raise ValueError(f"weights do not match the worker's model: missing {missing[:5]}, unexpected {extra[:5]}")
-    with torch.no_grad():
-        for name, p in params.items():
-            p.copy_(from_wire(state[name]))
+    load_weights(model, {name: from_wire(value) for name, value in state.items()}, "the worker's model")
 
 
 class RolloutWorker:

@@ -22,7 +22,7 @@ import torch
 from rlfactory.rollout.generator import GenRequest, GenResult
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.versioned import VersionedGenerator
-from rlfactory.serve.weights import apply_weights, load_safetensors_folder
+from rlfactory.rollout.weights import load_safetensors_folder, load_weights
 
 
 def eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
@@ -91,11 +91,11 @@ class ServedModel:
 
     async def update_from_tensors(self, tensors: dict[str, torch.Tensor], version: int | None) -> int:
         """Load `tensors` (name -> tensor); returns the new policy version."""
-        return await self._update(lambda: apply_weights(self.model, tensors), version)
+        return await self._update(lambda: load_weights(self.model, tensors, "the served model"), version)
 
     async def update_from_disk(self, folder: str, version: int | None) -> int:
         """Load the safetensors weights of checkpoint folder `folder`; returns the new version."""
-        return await self._update(lambda: apply_weights(self.model, load_safetensors_folder(folder)), version)
+        return await self._update(lambda: load_weights(self.model, load_safetensors_folder(folder), "the served model"), version)
 
     async def _update(self, apply: Callable[[], int], version: int | None) -> int:
         await self.gate.update(apply, version)  # turns in flight finish on the old weights; kept caches dropped

@@ -7,6 +7,7 @@ import torch
 
 from rlfactory.distributed.weights import Bf16Bits, from_wire, policy_state, to_wire, wire_bytes
 from rlfactory.distributed.worker import load_state
+from rlfactory.rollout.weights import WeightsMismatch
 
 
 def tiny_qwen3(seed: int = 0, dtype=torch.float32):
@@ -51,5 +52,6 @@ def test_a_lora_policy_is_sent_merged_under_the_base_models_names():
 def test_weights_that_do_not_fit_the_model_are_refused_by_name():
     state = policy_state(tiny_qwen3(0))
     state["extra.weight"] = state.pop("lm_head.weight")
-    with pytest.raises(ValueError, match=r"missing \['lm_head.weight'\], unexpected \['extra.weight'\]"):
+    with pytest.raises(WeightsMismatch, match=r"^the weights do not fit the worker's model: 1 missing \(e.g. "
+                                              r"\['lm_head.weight'\]\); 1 unknown \(e.g. \['extra.weight'\]\)$"):
         load_state(tiny_qwen3(1), state)
