@@ -102,10 +102,12 @@ class Gateway:
 
     # ---- episodes -------------------------------------------------------------------------------
 
-    def open_episode(self, info: dict[str, Any] | None = None, seed: int | None = None, key: str | None = None) -> str:
-        """Start an episode; returns its key (the agent's API key). `seed` seeds its calls' draws."""
+    def open_episode(self, info: dict[str, Any] | None = None, seed: int | None = None, key: str | None = None,
+                     generator: Generator | None = None) -> str:
+        """Start an episode; returns its key (the agent's API key). `seed` seeds its calls' draws;
+        `generator` serves its calls instead of the gateway's (asynchronous training's copy)."""
         key = key or f"ep-{uuid.uuid4().hex}"
-        self.episodes[key] = Episode(key, self.decode, info, seed)
+        self.episodes[key] = Episode(key, self.decode, info, seed, generator)
         return key
 
     def close_episode(self, key: str) -> Episode:
@@ -114,7 +116,7 @@ class Gateway:
         if episode is None:
             raise UnknownEpisode(key)
         episode.closed = True
-        forget = getattr(self.generator, "forget", None)
+        forget = getattr(episode.generator or self.generator, "forget", None)
         if forget is not None:
             for s in range(len(episode.samples)):
                 forget(f"{key}:{s}")
@@ -168,7 +170,8 @@ class Gateway:
                               session, None if seed is None else mix_seed(seed, call, k))
 
         t_submit = time.perf_counter()
-        results: list[GenResult] = list(await asyncio.gather(*(self.generator.submit(gen_request(k))
+        generator = episode.generator or self.generator
+        results: list[GenResult] = list(await asyncio.gather(*(generator.submit(gen_request(k))
                                                                for k in range(request.n))))
         t_gen = time.perf_counter()
         if episode.closed:

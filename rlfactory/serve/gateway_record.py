@@ -71,9 +71,11 @@ class Episode:
     """The samples of one episode (one key), built call by call."""
 
     def __init__(self, key: str, decode: Callable[[list[int]], str], info: dict[str, Any] | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, generator: Any = None) -> None:
         self.key = key
         self.decode = decode
+        self.generator = generator
+        """The generator this episode's calls use (None: the gateway's)."""
         self.info = dict(info or {})
         self.seed = seed
         self.samples: list[Sample] = []
