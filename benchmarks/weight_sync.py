@@ -7,9 +7,9 @@ For each model a real `rlfactory serve` subprocess serves it on a loopback port,
 (the learner) holds the same model with moved weights. Measured, median of REPEATS each:
   baseline   saving the learner's weights as one safetensors file on local disk (what any
              checkpoint-based sync has to do at least), in the same run;
-  tensors    WeightSync "tensors": serialize to one safetensors body, POST it, the server parses it,
+  tensors    ServerWeightSync "tensors": serialize to one safetensors body, POST it, the server parses it,
              waits for turns in flight (none here) and copies it into its model;
-  disk       WeightSync "disk": write a checkpoint folder (safetensors + config.json), the server
+  disk       ServerWeightSync "disk": write a checkpoint folder (safetensors + config.json), the server
              reads it through /update_weights_from_disk.
 Each sync is checked: the server's /weights_digest must equal the learner's. Figures: seconds per
 sync, MB/s (parameter bytes / seconds) and the ratio to the baseline. `weight_sync: auto` uses
@@ -38,7 +38,8 @@ from rlfactory.rollout.server_generator import ServerGenerator
 from rlfactory.serve.process import ServeProcess
 from rlfactory.serve.weights import weights_digest
 from rlfactory.tiny import resolve_model
-from rlfactory.train.weight_sync import WeightSync, policy_tensors
+from rlfactory.train.policy_weights import policy_tensors
+from rlfactory.train.weight_sync import ServerWeightSync
 
 REPEATS = 5
 SERVER_THREADS = 1
@@ -86,7 +87,7 @@ async def run_rounds(url: str, model, tmp: Path) -> dict[str, list[float]]:
     """REPEATS rounds of: baseline save, tensors sync, disk sync (interleaved, so that the load of
     the shared machine weighs on all three alike)."""
     g = ServerGenerator([url], "vllm", None, timeout_s=600)
-    syncs = {m: WeightSync(g, m, tmp / f"sync-{m}") for m in ("tensors", "disk")}
+    syncs = {m: ServerWeightSync(g, m, tmp / f"sync-{m}") for m in ("tensors", "disk")}
     base_dir = tmp / "baseline"
     base_dir.mkdir()
     out: dict[str, list[float]] = {k: [] for k in ("baseline", "tensors", "tensors_prep", "disk", "disk_prep")}

@@ -21,19 +21,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlfactory.protocols import WEIGHT_SYNC_MB, WEIGHT_SYNC_SECONDS
+from rlfactory.train.policy_weights import policy_tensors
+
 
 def policy_state(policy: nn.Module) -> dict[str, np.ndarray | Bf16Bits]:
     """The generation weights of `policy` by parameter name, as CPU numpy arrays (see to_wire).
     A peft LoRA model is merged for the copy and left as it was."""
-    base_of = getattr(policy, "get_base_model", None)
-    if callable(base_of) and hasattr(policy, "merge_adapter"):
-        policy.merge_adapter()
-        try:
-            return {name.replace(".base_layer.", "."): to_wire(p)
-                    for name, p in base_of().named_parameters() if "lora_" not in name}
-        finally:
-            policy.unmerge_adapter()
-    return {name: to_wire(p) for name, p in policy.named_parameters()}
+    return {name: to_wire(t) for name, t in policy_tensors(policy, cpu=False).items()}
 
 
 @dataclass
@@ -65,7 +60,8 @@ def wire_bytes(state: dict[str, np.ndarray | Bf16Bits]) -> int:
 
 
 class RayWeightSync:
-    """Pushes the learner's weights to every rollout worker of `workers` (a WorkerSet)."""
+    """Pushes the learner's weights to every rollout worker of `workers` (a WorkerSet); a
+    `rlfactory.protocols.WeightSync`."""
 
     def __init__(self, workers: Any) -> None:
         self.workers = workers
@@ -89,4 +85,4 @@ class RayWeightSync:
         await self.workers.load_weights(ref, version)
         self.pushed = version
         mb = wire_bytes(state) / 1e6
-        return {"weight_sync/mb": mb, "time/weight_sync_s": time.perf_counter() - t0}
+        return {WEIGHT_SYNC_MB: mb, WEIGHT_SYNC_SECONDS: time.perf_counter() - t0}

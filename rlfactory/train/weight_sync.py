@@ -28,26 +28,10 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from rlfactory.protocols import (WEIGHT_SYNC_FAILED, WEIGHT_SYNC_MB, WEIGHT_SYNC_OK, WEIGHT_SYNC_PREPARE_S,
+                                 WEIGHT_SYNC_SECONDS)
 from rlfactory.rollout.server_generator import ServerGenerator, ServerState
-
-
-def policy_tensors(policy: nn.Module, cpu: bool = True) -> dict[str, torch.Tensor]:
-    """The weights a generation server needs, by their Hugging Face names (contiguous; on CPU when
-    `cpu`). A peft LoRA model is merged for the copy (W + scale * B @ A) and left as it was."""
-    base_of = getattr(policy, "get_base_model", None)
-    if callable(base_of) and hasattr(policy, "merge_adapter"):
-        policy.merge_adapter()
-        try:
-            return {name.replace(".base_layer.", "."): p.detach().to("cpu" if cpu else p.device, copy=True).contiguous()
-                    for name, p in base_of().named_parameters() if "lora_" not in name}
-        finally:
-            policy.unmerge_adapter()
-    return {name: (p.detach().to("cpu") if cpu else p.detach()).contiguous() for name, p in policy.named_parameters()}
-
-
-def _config_of(policy: nn.Module) -> Any:
-    base = policy.get_base_model() if callable(getattr(policy, "get_base_model", None)) else policy
-    return getattr(base, "config", None)
+from rlfactory.train.policy_weights import config_of, policy_tensors
 
 
 class SyncMethod(Protocol):
@@ -104,7 +88,7 @@ class CheckpointOnDisk:
         return self.sync_dir / f"policy_v{version:06d}"
 
     async def prepare(self, policy: nn.Module, version: int) -> Path:
-        return await asyncio.to_thread(self._write, policy_tensors(policy), _config_of(policy), version)
+        return await asyncio.to_thread(self._write, policy_tensors(policy), config_of(policy), version)
 
     def _write(self, tensors: dict[str, torch.Tensor], config: Any, version: int) -> Path:
         from safetensors.torch import save_file
@@ -147,8 +131,9 @@ def _check_answer(r: Any, version: int) -> None:
         raise RuntimeError(f"the server reports version {held} after an update to {version}")
 
 
-class WeightSync:
-    """Pushes the learner's weights to every server of `generator` (see the module doc)."""
+class ServerWeightSync:
+    """Pushes the learner's weights to every server of `generator` (see the module doc); a
+    `rlfactory.protocols.WeightSync`."""
 
     def __init__(self, generator: ServerGenerator, method: str = "auto", sync_dir: str | Path | None = None,
                  nccl: SyncMethod | None = None) -> None:
@@ -192,9 +177,9 @@ class WeightSync:
             method.done(version)
         self.pushed = version
         size = sum(p.numel() * p.element_size() for n, p in policy.named_parameters() if "lora_" not in n) / 1e6
-        metrics = {"weight_sync/seconds": time.perf_counter() - t0, "weight_sync/prepare_s": t_prep,
-                   "weight_sync/mb": size, "weight_sync/ok": float(sum(results)),
-                   "weight_sync/failed": float(len(results) - sum(results))}
+        metrics = {WEIGHT_SYNC_SECONDS: time.perf_counter() - t0, WEIGHT_SYNC_PREPARE_S: t_prep,
+                   WEIGHT_SYNC_MB: size, WEIGHT_SYNC_OK: float(sum(results)),
+                   WEIGHT_SYNC_FAILED: float(len(results) - sum(results))}
         self.history.append(metrics)
         return metrics
 
@@ -247,10 +232,10 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
-def make_weight_sync(cfg: Any, generator: Any) -> WeightSync | None:
-    """The WeightSync for a run config, or None when generation is local (or weight_sync: none)."""
+def make_weight_sync(cfg: Any, generator: Any) -> ServerWeightSync | None:
+    """The ServerWeightSync for a run config, or None when generation is local (or weight_sync: none)."""
     gen_cfg = getattr(cfg, "generator", None)
     if not isinstance(generator, ServerGenerator) or gen_cfg is None or gen_cfg.weight_sync == "none":
         return None
     sync_dir = gen_cfg.sync_dir or str(Path(cfg.trainer.run_dir) / "weight_sync")
-    return WeightSync(generator, gen_cfg.weight_sync, sync_dir)
+    return ServerWeightSync(generator, gen_cfg.weight_sync, sync_dir)

@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 from torch import nn
 
 from rlfactory.rollout.server_generator import ServerGenerator, ServerState
+from rlfactory.train.policy_weights import policy_tensors
 
 
 class NcclTransport(Protocol):
@@ -86,8 +87,6 @@ class VllmNccl:
         self._groups: dict[str, Any] = {}
 
     async def prepare(self, policy: nn.Module, version: int) -> list[tuple[str, Any]]:
-        from rlfactory.train.weight_sync import policy_tensors
-
         return list(policy_tensors(policy, cpu=False).items())
 
     async def send(self, server: ServerState, prepared: list[tuple[str, Any]], version: int) -> None:

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 CALCULATOR = {"mcpServers": {"calc": {"command": sys.executable, "args": ["-m", "rlfactory.tools.servers.calculator"],
                                       "include": ["evaluate"]}}}
-RAY_ONLY = {"weight_sync/mb", "time/weight_sync_s"}
+RAY_ONLY = {"weight_sync/mb", "weight_sync/seconds"}
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -24,7 +24,8 @@ from rlfactory.serve.app import build_app
 from rlfactory.serve.process import free_port
 from rlfactory.serve.served import ServedModel
 from rlfactory.serve.thread import AppThread
-from rlfactory.train.weight_sync import WeightSync, make_weight_sync, policy_tensors
+from rlfactory.train.policy_weights import policy_tensors
+from rlfactory.train.weight_sync import ServerWeightSync, make_weight_sync
 from rlfactory.train.weight_sync_vllm import VllmNccl
 
 FIXTURES = Path(__file__).resolve().parents[1] / "rollout" / "fixtures"
@@ -75,7 +76,7 @@ def test_push_gives_every_server_the_learners_weights_and_version(servers, tiny,
     served, urls = servers
     policy = trained(tiny[0])
     g = ServerGenerator(urls, "vllm", tiny[1], [], timeout_s=60)
-    sync = WeightSync(g, method, tmp_path / "sync")
+    sync = ServerWeightSync(g, method, tmp_path / "sync")
 
     async def main():
         metrics = await sync.push(policy, 1)
@@ -87,6 +88,8 @@ def test_push_gives_every_server_the_learners_weights_and_version(servers, tiny,
     assert metrics["weight_sync/ok"] == 2 and metrics["weight_sync/failed"] == 0 and metrics["weight_sync/mb"] > 1
     assert all(same_weights(policy, s.model) and s.version == 1 for s in served)
     assert sync.versions == {u: 1 for u in urls} and res.policy_version == 1 and again == {}
+    assert sorted(metrics) == ["weight_sync/failed", "weight_sync/mb", "weight_sync/ok", "weight_sync/prepare_s",
+                               "weight_sync/seconds"]  # the names every weight sync uses (rlfactory.protocols)
     if method == "disk":
         assert [p.name for p in (tmp_path / "sync").iterdir()] == ["policy_v000001"]
 
@@ -94,7 +97,7 @@ def test_push_gives_every_server_the_learners_weights_and_version(servers, tiny,
 def test_disk_sync_keeps_only_the_current_checkpoint_folder(servers, tiny, tmp_path):
     served, urls = servers
     g = ServerGenerator(urls, "sglang", tiny[1], [], timeout_s=60)
-    sync = WeightSync(g, "disk", tmp_path)
+    sync = ServerWeightSync(g, "disk", tmp_path)
 
     async def main():
         await sync.push(trained(tiny[0], 1), 1)
@@ -119,7 +122,7 @@ def test_a_lora_policy_is_pushed_merged_and_left_unmerged(servers, tiny):
     with torch.no_grad():
         before = policy(x).logits
     g = ServerGenerator(urls, "vllm", tiny[1], [], timeout_s=60)
-    run_with(g, WeightSync(g, "tensors").push(policy, 4))
+    run_with(g, ServerWeightSync(g, "tensors").push(policy, 4))
     with torch.no_grad():
         assert torch.allclose(policy(x).logits, before, atol=1e-6)  # adapters unmerged again
         assert torch.allclose(served[0].model(x).logits, before, atol=1e-4)  # the server runs the merged weights
@@ -130,7 +133,7 @@ def test_a_server_that_cannot_be_updated_is_stale_and_the_others_serve(servers, 
     served, urls = servers
     dead = f"http://127.0.0.1:{free_port()}"
     g = ServerGenerator([dead, urls[0]], "vllm", tiny[1], [], timeout_s=30)
-    sync = WeightSync(g, "tensors")
+    sync = ServerWeightSync(g, "tensors")
 
     async def main():
         metrics = await sync.push(trained(tiny[0]), 1)
@@ -147,11 +150,11 @@ def test_auto_uses_the_page_cache_on_this_machine_and_http_elsewhere(tmp_path):
     g = ServerGenerator(["http://127.0.0.1:1", "http://10.1.2.3:8000", "http://localhost:2"], "vllm", None)
     for s in g.servers:
         s.kind = "rlfactory"
-    assert [WeightSync(g, "auto", tmp_path)._method_for(s).name for s in g.servers] == ["disk", "tensors", "disk"]
-    assert WeightSync(g, "auto")._method_for(g.servers[0]).name == "tensors"  # no folder to share
+    assert [ServerWeightSync(g, "auto", tmp_path)._method_for(s).name for s in g.servers] == ["disk", "tensors", "disk"]
+    assert ServerWeightSync(g, "auto")._method_for(g.servers[0]).name == "tensors"  # no folder to share
     sglang = ServerGenerator(["http://10.0.0.1:30000"], "sglang", None)
     sglang.servers[0].kind = "other"
-    assert WeightSync(sglang, "auto", tmp_path)._method_for(sglang.servers[0]).name == "disk"
+    assert ServerWeightSync(sglang, "auto", tmp_path)._method_for(sglang.servers[0]).name == "disk"
 
 
 def test_make_weight_sync_only_for_the_server_backend(tmp_path):
@@ -161,7 +164,7 @@ def test_make_weight_sync_only_for_the_server_backend(tmp_path):
                                     "trainer": {"run_dir": str(tmp_path)}})
     g = ServerGenerator(cfg.generator.urls, "vllm", None)
     sync = make_weight_sync(cfg, g)
-    assert isinstance(sync, WeightSync) and sync._methods["disk"].sync_dir == (tmp_path / "weight_sync").resolve()
+    assert isinstance(sync, ServerWeightSync) and sync._methods["disk"].sync_dir == (tmp_path / "weight_sync").resolve()
     assert make_weight_sync(RunConfig(), object()) is None
     cfg.generator.weight_sync = "none"
     assert make_weight_sync(cfg, g) is None
@@ -205,7 +208,7 @@ def test_vllm_nccl_sync_sends_vllms_documented_control_plane_sequence(tiny):
     with vllm.thread:
         g = ServerGenerator([vllm.thread.url], "vllm", tiny[1], [], timeout_s=30)
         g.servers[0].kind = "other"  # a vLLM server
-        sync = WeightSync(g, "auto", nccl=VllmNccl(g, transport=transport))
+        sync = ServerWeightSync(g, "auto", nccl=VllmNccl(g, transport=transport))
 
         async def main():
             await sync.push(policy, 1)
@@ -226,3 +229,12 @@ def test_vllm_nccl_sync_sends_vllms_documented_control_plane_sequence(tiny):
     assert info["shapes"] == [list(p.shape) for p in policy_tensors(policy).values()]
     assert [c[3] for c in vllm.calls if c[1] == "/finish_weight_update"] == [{"weight_version": "1"}, {"weight_version": "2"}]
     assert transport.sent == [names, names] and sync.versions == {vllm.thread.url: 2}
+
+
+def test_the_three_weight_syncs_are_one_protocol():
+    from rlfactory.distributed.weights import RayWeightSync
+    from rlfactory.protocols import WeightSync
+    from rlfactory.train.async_pipeline import LocalWeightSync
+
+    assert all(issubclass(cls, WeightSync) for cls in (ServerWeightSync, RayWeightSync, LocalWeightSync))
+    assert not issubclass(int, WeightSync)
