@@ -27,9 +27,9 @@ def test_readme_lists_the_commands_tested_here():
     assert test_cmd in readme and test_cmd in (ROOT / ".ci" / "run").read_text()
     tour = set(re.findall(r"\.venv/bin/rlfactory (\S+)", readme))
     # `serve` and the Generation servers section's commands run in tests/serve/test_serve_e2e.py,
-    # `bench bfcl` in tests/train/test_train_bfcl_bench.py
+    # `bench bfcl` in tests/train/test_train_bfcl_bench.py, `gateway` in tests/serve/test_gateway_cli.py
     assert tour <= {"demo", "--help", "make-tiny-model", "tools", "rollout", "sft", "train", "eval", "ui", "serve",
-                    "experiment", "bench"}, tour
+                    "experiment", "bench", "gateway"}, tour
     assert ".venv/bin/rlfactory ui --runs runs" in readme
 
 
