@@ -117,17 +117,20 @@ class QwenVLToolManager:
         images = [im for r in results for im in r.images]
         return self._expand(self.template.encode(self.observation_text(results)), images)
 
-    def fit_images(self, results: Sequence[ToolResult], limit: int) -> list[ToolResult]:
-        out = [self._shown(r) for r in results]
-        notes = [""] * len(out)
+    def fit_images(self, results: Sequence[ToolResult], limit: int) -> tuple[list[ToolResult], list[int]]:
+        shown = [self._shown(r) for r in results]
+        out = list(shown)
+        notes = [r.text[: len(r.text) - len(o.text)] for r, o in zip(shown, results)]  # _shown's own lines
+        dropped = [""] * len(out)
         while any(r.images for r in out):
-            bare = [replace(r, text=n) for r, n in zip(out, notes)]
+            bare = [replace(r, text=n + d) for r, n, d in zip(out, notes, dropped)]
             if len(self.render_observation(bare)) <= limit:
                 break
             i = max(k for k, r in enumerate(out) if r.images)
-            notes[i] = DROPPED_NOTE + ("\n" + notes[i] if notes[i] else "")
-            out[i] = replace(out[i], images=out[i].images[:-1], text=DROPPED_NOTE + "\n" + out[i].text)
-        return out
+            dropped[i] += DROPPED_NOTE + "\n"
+            out[i] = replace(out[i], images=out[i].images[:-1])
+        out = [replace(r, text=d + r.text) for r, d in zip(out, dropped)]
+        return out, [len(n) + len(d) for n, d in zip(notes, dropped)]
 
     def grid(self, image: Image) -> tuple[int, int, int]:
         """The image's (t, h, w) patch grid, as the image processor gives it (cached by content hash)."""
@@ -182,7 +185,7 @@ class QwenVLToolManager:
                 notes.append(f"[image not shown: {e}]")
         if not notes:
             return result
-        return replace(result, images=kept, text="\n".join(notes + [result.text]))
+        return replace(result, images=kept, text="".join(n + "\n" for n in notes) + result.text)
 
     def _expand(self, ids: list[int], images: list[Image]) -> Rendered:
         grids = [self.grid(im) for im in images]

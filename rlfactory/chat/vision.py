@@ -48,10 +48,11 @@ class VisionToolManager(Protocol):
         """`render_observation` with the results' images (`ToolResult.images`)."""
         ...
 
-    def fit_images(self, results: Sequence[ToolResult], limit: int) -> list[ToolResult]:
-        """`results` with images dropped, from the last, until the observation with its texts cut
-        to nothing fits in `limit` tokens; each dropped image leaves DROPPED_NOTE at the start of
-        its result's text (text truncation cuts from the end, so the note stays)."""
+    def fit_images(self, results: Sequence[ToolResult], limit: int) -> tuple[list[ToolResult], list[int]]:
+        """(`results` with images dropped, from the last, until the observation fits in `limit`
+        tokens with nothing of the texts left but the notes; how many leading characters of each
+        text are such notes). Each dropped image leaves DROPPED_NOTE at the start of its result's
+        text; text truncation must keep those characters."""
         ...
 
 
@@ -124,3 +125,17 @@ def sample_with_images(messages: list[dict[str, Any]], steps: Sequence[Any]) -> 
     first = next(i for i, s in enumerate(steps) if not hasattr(s, "calls"))
     steps[first] = [replace(steps[first][0], images=[wide, small])] + list(steps[first][1:])
     return messages, steps
+
+
+def render_prompt(tool_manager: Any, messages: list[dict[str, Any]], tools: Sequence[ToolSpec]) -> Rendered:
+    """Any ToolManager's prompt as `Rendered` (with images only for a VisionToolManager)."""
+    if isinstance(tool_manager, VisionToolManager):
+        return tool_manager.render_prompt_images(messages, tools)
+    return Rendered(list(tool_manager.render_prompt(messages, tools)))
+
+
+def render_observation(tool_manager: Any, results: Sequence[ToolResult]) -> Rendered:
+    """Any ToolManager's observation as `Rendered` (with images only for a VisionToolManager)."""
+    if isinstance(tool_manager, VisionToolManager):
+        return tool_manager.render_observation_images(results)
+    return Rendered(list(tool_manager.render_observation(results)))

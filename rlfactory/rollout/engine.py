@@ -21,6 +21,7 @@ import uuid
 from typing import Any, Awaitable, Callable, Sequence
 
 from rlfactory.chat.base import ToolManager
+from rlfactory.chat.vision import Rendered, render_prompt
 from rlfactory.envs.base import Env, missing_members
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.episode import Setup, rollout_one
@@ -109,8 +110,9 @@ class RolloutEngine:
             session = uuid.uuid4().hex if self.rollout.reuse_kv else None
             try:
                 async with schedule.slot():
-                    await rollout_one(trajs[i], prompts[i], setup, i, session,
-                                      None if seeds is None else mix_seed(seeds[i // n], i % n))
+                    await rollout_one(trajs[i], prompts[i].ids, setup, i, session,
+                                      None if seeds is None else mix_seed(seeds[i // n], i % n),
+                                      prompt_images=prompts[i].images or None)
             finally:
                 schedule.leave()
                 if session is not None and forget is not None:
@@ -140,20 +142,20 @@ class RolloutEngine:
             priority=priority, observer=observer,
         )
 
-    def _start(self, rows: list[dict[str, Any]], n: int) -> tuple[list[Trajectory], list[list[int] | None]]:
+    def _start(self, rows: list[dict[str, Any]], n: int) -> tuple[list[Trajectory], list[Rendered | None]]:
         """The empty trajectories (id, group, info) and their prompt ids, row-major. A row that
         `env.reset`, `env.info` or `render_prompt` cannot take gives n trajectories that are
         already over: status infra_error, no segments, prompt None, `error` saying why."""
         specs = list(self.runner.specs()) if self.runner is not None else []
         trajs: list[Trajectory] = []
-        prompts: list[list[int] | None] = []
+        prompts: list[Rendered | None] = []
         for row, group in zip(rows, group_names(rows)):
-            prompt_ids: list[int] | None
+            prompt: Rendered | None
             try:
-                prompt_ids = list(self.tool_manager.render_prompt(self.env.reset(row), row_tool_specs(row, specs)))
+                prompt = render_prompt(self.tool_manager, self.env.reset(row), row_tool_specs(row, specs))
                 info, error = self.env.info(row), None
             except Exception as e:  # a bad row costs its own trajectories only
-                prompt_ids, info = None, {}
+                prompt, info = None, {}
                 error = f"the row could not be made into a prompt: {type(e).__name__}: {e}"[:1000]
                 log.warning("row %s: %s", group, error)
             for j in range(n):
@@ -161,7 +163,7 @@ class RolloutEngine:
                 if error is not None:
                     traj.status, traj.error = "infra_error", error
                 trajs.append(traj)
-                prompts.append(prompt_ids)
+                prompts.append(prompt)
         return trajs, prompts
 
 

@@ -41,11 +41,13 @@ from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Protocol, Sequence
 
 from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls, ToolManager
+from rlfactory.chat.vision import Rendered, VisionToolManager, render_observation
 from rlfactory.envs.base import Env
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.generator import GenerationUnavailable, GenRequest, GenResult, Generator
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.rollout.sampling import mix_seed
+from rlfactory.images import Image
 from rlfactory.text import valid_text
 from rlfactory.tools.base import MALFORMED, NOT_RUN, OK, ToolCall, ToolResult
 from rlfactory.trajectory import STATUSES, Segment, Status, ToolCallRecord, Trajectory
@@ -94,12 +96,14 @@ class Setup:
 
 
 async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, index: int,
-                      session: str | None = None, seed: int | None = None) -> Trajectory:
+                      session: str | None = None, seed: int | None = None,
+                      prompt_images: list[Image] | None = None) -> Trajectory:
     """Roll out `traj` (empty, with its id, group and info) from `prompt_ids` until it ends.
 
     `index` orders this trajectory among the others of its run (the lock-step barrier releases in
     that order); `session` names its KV cache in the generator (kept between its turns); `seed`,
-    when given, seeds each turn's draws (GenRequest.seed = mix_seed(seed, turn)). Returns
+    when given, seeds each turn's draws (GenRequest.seed = mix_seed(seed, turn)); `prompt_images`
+    are the images the prompt's pads stand for (a vision-language ToolManager's). Returns
     `traj`, filled in: segments, tool calls, turns, status, error, and metrics: gen_s, queue_s
     (the generator's GenResult timings, summed over turns), tool_s (waiting for tools, barrier
     included), gen_tokens, obs_tokens, wall_s (this trajectory's own start to end). Never raises
@@ -110,7 +114,7 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
     t0 = time.perf_counter()
     rollout, tm, observer = setup.rollout, setup.tool_manager, setup.observer
     in_turn = False  # between the observer's turn_started and turn_ended
-    traj.segments.append(Segment("prompt", list(prompt_ids), setup.decode(prompt_ids)))
+    traj.segments.append(Segment("prompt", list(prompt_ids), setup.decode(prompt_ids), images=prompt_images or None))
     traj.metrics.update(gen_s=0.0, queue_s=0.0, tool_s=0.0, gen_tokens=0.0, obs_tokens=0.0)
     context = list(prompt_ids)
     try:
@@ -185,19 +189,20 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
             # 6. Fit the observation into its own budget and what is left of the trajectory's. A
             # tool manager that cannot render it ends this trajectory only.
             try:
-                obs, cut = fit_observation(tm, results, rollout.max_observation_tokens)
+                rendered, cut = fit_observation(tm, results, rollout.max_observation_tokens)
             except Exception as e:
                 traj.error = f"rendering the observation raised {type(e).__name__}: {e}"[:1000]
                 return _end(traj, "infra_error")
-            if obs is None:
+            if rendered is None:
                 traj.error = "the observation does not fit in rollout.max_observation_tokens"
                 return _end(traj, overflow)
             records = traj.tool_calls[-len(results):]
             for i in cut:
                 records[i].truncated = True
+            obs = rendered.ids
             if len(context) + len(obs) >= rollout.max_total_tokens:
                 return _end(traj, overflow)
-            traj.segments.append(Segment("observation", obs, setup.decode(obs)))
+            traj.segments.append(Segment("observation", obs, setup.decode(obs), images=rendered.images or None))
             context.extend(obs)
             _add(traj, obs_tokens=len(obs))
             if observer is not None:
@@ -301,24 +306,37 @@ def _valid(result: ToolResult) -> ToolResult:
     return replace(result, text=text, replaced_chars=result.replaced_chars + replaced)
 
 
-def fit_observation(tm: ToolManager, results: list[ToolResult], limit: int) -> tuple[list[int] | None, set[int]]:
-    """Render `results`; while longer than `limit` tokens, cut the longest result text and mark it.
-    Returns the ids (None if even empty texts do not fit) and which results were cut."""
-    obs = tm.render_observation(results)
-    if len(obs) <= limit:
+def fit_observation(tm: ToolManager, results: list[ToolResult], limit: int) -> tuple[Rendered | None, set[int]]:
+    """Render `results` within `limit` tokens. Images are never cut: a vision-language manager first
+    drops whole images, the last first, each leaving a note (`fit_images`). Then, while longer than
+    `limit`, the longest result text is cut (never into those notes) and marked. Returns the
+    rendering (ids, and images for a vision-language manager; None if even empty texts do not fit)
+    and which results were cut."""
+    keep = [0] * len(results)
+    if isinstance(tm, VisionToolManager):
+        results, keep = tm.fit_images(results, limit)
+    obs = render_observation(tm, results)
+    if len(obs.ids) <= limit:
         return obs, set()
+    # Tokens no text cut removes (images, markup): the texts share what is left of the limit.
+    fixed = len(render_observation(tm, [replace(r, text="") for r in results]).ids) if obs.images else 0
     texts = [r.text for r in results]
     cut: set[int] = set()
     for _ in range(12):
-        i = max(range(len(texts)), key=lambda j: len(texts[j]) - (len(TRUNCATION_MARK) if j in cut else 0))
+        i = max(range(len(texts)), key=lambda j: len(texts[j]) - keep[j] - (len(TRUNCATION_MARK) if j in cut else 0))
         body = texts[i][: -len(TRUNCATION_MARK)] if i in cut else texts[i]
-        if not body:
-            return None, cut
-        texts[i] = body[: int(len(body) * min(0.9, limit / len(obs)))] + TRUNCATION_MARK
+        if len(body) <= keep[i]:
+            break
+        share = min(0.9, (limit - fixed) / max(1, len(obs.ids) - fixed))
+        texts[i] = body[: max(keep[i], int(len(body) * share))] + TRUNCATION_MARK
         cut.add(i)
-        obs = tm.render_observation([replace(r, text=t) for r, t in zip(results, texts)])
-        if len(obs) <= limit:
+        obs = render_observation(tm, [replace(r, text=t) for r, t in zip(results, texts)])
+        if len(obs.ids) <= limit:
             return obs, cut
+    if any(keep):  # the notes of dropped images fit (fit_images saw to it), without a mark after them
+        obs = render_observation(tm, [replace(r, text=r.text[:k]) for r, k in zip(results, keep)])
+        if len(obs.ids) <= limit:
+            return obs, cut | {j for j, (r, k) in enumerate(zip(results, keep)) if len(r.text) > k}
     return None, cut
 
 

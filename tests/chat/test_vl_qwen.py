@@ -95,14 +95,16 @@ def test_truncation_drops_whole_images_with_a_note_never_half_of_one(tm):
     per = tm.image_tokens(a)
     results = [ToolResult("first", images=[a]), ToolResult("second", images=[b])]
     full = len(tm.render_observation(results))
-    fitted = tm.fit_images(results, full - per // 2)  # room for one image, not two
-    assert [len(r.images) for r in fitted] == [1, 0]
+    bare = len(tm.render_observation([ToolResult("", images=[a]), ToolResult("", images=[b])]))
+    fitted, keep = tm.fit_images(results, bare - per // 2)  # room for one image, not two
+    assert [len(r.images) for r in fitted] == [1, 0] and keep == [0, len(DROPPED_NOTE) + 1]
     assert fitted[1].text == DROPPED_NOTE + "\nsecond" and fitted[0].text == "first"
     ids = tm.render_observation(fitted)
-    assert len(ids) <= full - per // 2 and ids.count(tm.pad_id) == per
-    assert tm.fit_images(results, full) == results  # fits: nothing dropped
-    none_fit = tm.fit_images(results, 5)
+    assert ids.count(tm.pad_id) == per
+    assert tm.fit_images(results, full) == (results, [0, 0])  # fits: nothing dropped
+    none_fit, keep = tm.fit_images(results, 5)
     assert all(not r.images and r.text.startswith(DROPPED_NOTE) for r in none_fit)
+    assert [r.text[:k] for r, k in zip(none_fit, keep)] == [DROPPED_NOTE + "\n"] * 2
 
 
 def test_hostile_images_and_text(tm):
