@@ -141,7 +141,7 @@ def config(args, run_dir: Path, world: Path, max_staleness: int, urls: list[str]
     import yaml
 
     from rlfactory.config import load_config
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
 
     cfg = {
         "model": {"path": args.model, "family": "qwen3"},

@@ -71,7 +71,8 @@ async def gateway(model, tok, rows):
         t0 = time.perf_counter()
         trajs = await engine.run(rows, 1)
         wall = time.perf_counter() - t0
-        assert all(t.status == "ok" and t.reward == 1.0 and t.turns == 2 for t in trajs), [(t.status, t.error) for t in trajs]
+        bad = [(t.status, t.error) for t in trajs if not (t.status == "ok" and t.reward == 1.0 and t.turns == 2)]
+        assert not bad, bad
         return wall, gw.stats.calls, 1000 * gw.stats.overhead_s / gw.stats.calls
 
 

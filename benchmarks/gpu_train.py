@@ -122,12 +122,12 @@ def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Names
     from transformers import AutoModelForCausalLM
 
     from rlfactory.algos.advantages import get_advantage
-    from rlfactory.rollout.config import SamplingConfig
+    from rlfactory.config import SamplingConfig
     from rlfactory.rollout.generator import GenRequest
     from rlfactory.rollout.local import LocalGenerator
     from rlfactory.trajectory import Segment, Trajectory
     from rlfactory.train.batch import collate
-    from rlfactory.train.config import AlgoConfig, TrainerConfig
+    from rlfactory.config import AlgoConfig, TrainerConfig
     from rlfactory.train.model import make_optimizer, make_scheduler
     from rlfactory.train.update import PolicyUpdate, UpdateData
 

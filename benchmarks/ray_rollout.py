@@ -60,7 +60,7 @@ if str(HERE) not in sys.path:
 from rollout import SERVER, check_same_calls, hang_file, plan  # noqa: E402
 
 from rlfactory.rollout.scripted import ScriptedPolicy  # noqa: E402
-from rlfactory.train.config import RunConfig  # noqa: E402
+from rlfactory.config import RunConfig  # noqa: E402
 
 
 def scripted_policy(tokenizer: Any) -> ScriptedPolicy:
@@ -139,7 +139,7 @@ async def pool_hop(calls: int = 200, rounds: int = 3) -> tuple[float, float]:
     from rlfactory.distributed.tool_pool import close_pools, pool_connector, start_pools
     from rlfactory.tools import ToolRunner
     from rlfactory.tools.base import ToolCall
-    from rlfactory.tools.config import ToolsConfig
+    from rlfactory.config import ToolsConfig
 
     cfg = ToolsConfig(mcp={"mcpServers": {"echo": {"command": sys.executable, "args": ["-m", "rlfactory.tools.servers.echo"]}}})
     pools = start_pools(1, list(sys.path))

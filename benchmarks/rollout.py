@@ -55,7 +55,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlfactory.chat import make_tool_manager
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig, ToolsConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator
@@ -63,7 +63,6 @@ from rlfactory.rollout.prompt_env import PromptEnv
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
 from rlfactory.tiny import resolve_model
 from rlfactory.tools import ToolRunner
-from rlfactory.tools.config import ToolsConfig
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "rollout_latency_server.py"

@@ -6,7 +6,7 @@ per step. Measures whether bf16 helps on the CPU (issue 11).
 """
 import time, torch, sys
 from rlfactory.rollout.model_source import load_model
-from rlfactory.rollout.config import ModelConfig
+from rlfactory.config import ModelConfig
 t = time.time()
 model, tok = load_model(ModelConfig(path="smollm2:135m", device="cpu"))
 print("load", round(time.time() - t, 1), "threads", torch.get_num_threads(), flush=True)

@@ -20,7 +20,8 @@ import time
 
 from tools_clients import ECHO, TIME, sdk_session, tree_cpu_seconds
 
-from rlfactory.tools import ToolCall, ToolRunner, ToolsConfig
+from rlfactory.config import ToolsConfig
+from rlfactory.tools import ToolCall, ToolRunner
 
 SERVERS = {"echo": (ECHO, "echo", {"text": "hi"}), "time": (TIME, "get_current_time", {"timezone": "UTC"})}
 

@@ -130,7 +130,7 @@ def warm_start(out: Path, calls: int, latency: float, steps: int, lr: float = 3e
 
     from rlfactory.tiny import resolve_model
     from rlfactory.tools import ToolRunner
-    from rlfactory.tools.config import ToolsConfig
+    from rlfactory.config import ToolsConfig
 
     base = resolve_model("tiny:10m")
     tok = AutoTokenizer.from_pretrained(base)
@@ -186,7 +186,7 @@ def warm_start(out: Path, calls: int, latency: float, steps: int, lr: float = 3e
 def run_rlfactory(model_dir: str, tools: bool, a: argparse.Namespace, work: Path) -> dict:
     from rlfactory.config import validate
     from rlfactory.trajectory import read_jsonl
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
     from rlfactory.train.run import train
 
     data = work / "rows.jsonl"
@@ -233,7 +233,7 @@ def run_trl(model_dir: str, tools: bool, a: argparse.Namespace, work: Path) -> d
 
     from rlfactory.tools import ToolRunner
     from rlfactory.tools.base import ToolCall
-    from rlfactory.tools.config import ToolsConfig
+    from rlfactory.config import ToolsConfig
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     # rlfactory's tiny template is Qwen3's; TRL recognises Qwen3 by its own copy of the template

@@ -59,7 +59,7 @@ def section_markdown(model: type[BaseModel], prefix: str, out: list[str]) -> Non
 
 
 def reference() -> str:
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
 
     out = ["# Configuration reference", "",
            "One YAML file per run; every key below is checked before any work starts (an unknown key, a",

@@ -1,7 +1,6 @@
 import pytest
 
-from rlfactory.config import ConfigError, apply_overrides, load_config
-from rlfactory.train.config import RunConfig
+from rlfactory.config import ConfigError, RunConfig, apply_overrides, load_config
 
 
 def write(tmp_path, text, name="run.yaml"):

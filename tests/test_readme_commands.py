@@ -190,7 +190,7 @@ def test_experiment_runs_base_sft_grpo_and_prints_the_table(tmp_path, capsys):
 HEAD = r"""
 import sys
 from rlfactory.distributed.cluster import connect_cluster
-from rlfactory.train.ray_config import RayConfig
+from rlfactory.config import RayConfig
 import ray
 assert connect_cluster(RayConfig(num_cpus=2, temp_dir=sys.argv[1]))  # rlfactory's own local start
 print(ray.get_runtime_context().gcs_address, flush=True)

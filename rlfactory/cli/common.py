@@ -21,7 +21,7 @@ def make_config_folder_importable(path: str | Path) -> None:
 def load_run_config(path: str, overrides: list[str] | None) -> Any:
     """Validate `path` plus dotted overrides into a RunConfig, and make the config's folder importable."""
     from rlfactory.config import load_config
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
 
     cfg = load_config(RunConfig, path, overrides)
     make_config_folder_importable(path)

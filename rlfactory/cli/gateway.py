@@ -66,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
 
         model, tokenizer = load_model(cfg, pick_device(args.device))
         tool_manager = checked_tool_manager(cfg, tokenizer, getattr(model.config, "model_type", None))
-        generator = LocalGenerator(model, pad_id_of(tokenizer, model), tool_manager.stop_token_ids(), tokenizer=tokenizer,
-                                   stop_strings=tool_manager.stop_strings(), device=next(model.parameters()).device,
-                                   seed=args.seed)
+        generator = LocalGenerator(model, pad_id_of(tokenizer, model), tool_manager.stop_token_ids(),
+                                   tokenizer=tokenizer, stop_strings=tool_manager.stop_strings(),
+                                   device=next(model.parameters()).device, seed=args.seed)
         context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         if args.logits_processor:
             from rlfactory.cli.serve import _import

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from rlfactory.rollout.build import load_model, pad_id_of, pick_device
-    from rlfactory.rollout.config import ModelConfig
+    from rlfactory.config import ModelConfig
     from rlfactory.serve.app import build_app
     from rlfactory.serve.served import ServedModel
 

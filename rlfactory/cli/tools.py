@@ -22,8 +22,7 @@ from typing import Any, AsyncIterator
 from pydantic import BaseModel, ConfigDict
 
 from rlfactory.cli.common import load_run_config, make_config_folder_importable
-from rlfactory.config import ConfigError, apply_overrides, read_yaml, validate
-from rlfactory.tools.config import ToolsConfig
+from rlfactory.config import ConfigError, ToolsConfig, apply_overrides, read_yaml, validate
 
 
 class _ToolsView(BaseModel):

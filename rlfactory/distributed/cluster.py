@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rlfactory.train.ray_config import RayConfig
+from rlfactory.config import RayConfig
 
 
 def require_ray() -> Any:

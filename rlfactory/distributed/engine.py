@@ -18,7 +18,7 @@ import asyncio
 from typing import Any, Sequence
 
 from rlfactory.distributed.cluster import actor_died_errors
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import group_names
 from rlfactory.trajectory import Trajectory
 

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlfactory.config import ConfigError
+from rlfactory.config import ConfigError, FsdpConfig, RunConfig
 from rlfactory.train.checkpoint import (
     CheckpointMeta,
     commit_checkpoint,
@@ -41,8 +41,6 @@ from rlfactory.train.checkpoint import (
     start_checkpoint,
     write_checkpoint_files,
 )
-from rlfactory.train.config import RunConfig
-from rlfactory.train.fsdp_config import FsdpConfig
 from rlfactory.train.logprobs import PolicyModule, decoder_and_head
 from rlfactory.train.model import load_full_weights
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
+from rlfactory.config import SamplingConfig
 from rlfactory.imports import import_ref
-from rlfactory.rollout.config import SamplingConfig
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.weights import load_weights
 from rlfactory.trajectory import Trajectory

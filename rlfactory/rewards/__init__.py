@@ -21,7 +21,6 @@ from rlfactory.rewards.base import (
 )
 from rlfactory.rewards.build import build_reward
 from rlfactory.rewards.compose import ComposedReward
-from rlfactory.rewards.config import JudgeConfig, RewardConfig, VerifyConfig
 from rlfactory.rewards.judge import (
     DEFAULT_TEMPLATE,
     Judge,
@@ -56,19 +55,16 @@ __all__ = [
     "DEFAULT_TEMPLATE",
     "FunctionReward",
     "Judge",
-    "JudgeConfig",
     "JudgeError",
     "JudgeReward",
     "LocalJudge",
     "OpenAIJudge",
     "Reward",
-    "RewardConfig",
     "RewardScore",
     "RuleReward",
     "Turn",
     "TurnRuleReward",
     "UnscorableTrajectory",
-    "VerifyConfig",
     "VerifyReward",
     "WithTurnRewards",
     "answer_extractor",

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from rlfactory.config import ConfigError
+from rlfactory.config import ConfigError, JudgeConfig, RewardConfig, VerifyConfig
 from rlfactory.imports import import_ref
 from rlfactory.rewards.base import Reward
 from rlfactory.rewards.compose import ComposedReward
-from rlfactory.rewards.config import JudgeConfig, RewardConfig, VerifyConfig
 from rlfactory.rewards.judge import DEFAULT_TEMPLATE, JudgeReward, LocalJudge, OpenAIJudge, number_score, parse_yes_no
 from rlfactory.rewards.rule import RuleReward
 from rlfactory.rewards.text import answer_extractor

@@ -15,7 +15,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Literal, Sequence
 
-from rlfactory.rollout.config import ModelConfig
+from rlfactory.config import ModelConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.model_source import check_model_path, load_model, pick_device, resolve_model_path
@@ -131,7 +131,7 @@ async def open_rollout(
     check_splits: Sequence[str] = (),
     connect_server: Any = None,
 ) -> AsyncIterator[RolloutSession]:
-    """A RolloutSession for `cfg` (a rlfactory.train.config.RunConfig).
+    """A RolloutSession for `cfg` (a rlfactory.config.RunConfig).
 
     The env, the tools (MCP servers started) and the reward are built and checked before the
     model loads (rlfactory/rollout/prepare.py), so a config mistake costs seconds and one line.

@@ -16,7 +16,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, Sequence
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 
 FinishReason = Literal["stop", "length"]
 

@@ -31,10 +31,10 @@ from rlfactory.imports import import_ref, where
 if TYPE_CHECKING:
     from rlfactory.envs.base import Env, EnvTools
     from rlfactory.rewards.base import Reward
-    from rlfactory.tools.config import ToolsConfig
+    from rlfactory.config import ToolsConfig
     from rlfactory.tools.runner import ToolRunner
 
-# `cfg` below is a rlfactory.train.config.RunConfig (named Any: rollout does not import train).
+# `cfg` below is a rlfactory.config.RunConfig (named Any: rollout does not import train).
 
 
 def _where(exc: BaseException) -> str:

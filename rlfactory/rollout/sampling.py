@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)

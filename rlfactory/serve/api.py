@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest, GenResult
 
 

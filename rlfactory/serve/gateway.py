@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from jinja2 import TemplateError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -44,7 +45,8 @@ from rlfactory.config import SamplingConfig
 from rlfactory.rollout.episode import parse_turn, turn_text
 from rlfactory.rollout.generator import GenRequest, GenResult, GenerationUnavailable, Generator
 from rlfactory.rollout.sampling import mix_seed
-from rlfactory.serve.gateway_api import BadRequest, ChatRequest, completion, error_body, make_choice, parse_chat, stream_chunks
+from rlfactory.serve.gateway_api import (BadRequest, ChatRequest, completion, error_body, make_choice, parse_chat,
+                                         stream_chunks)
 from rlfactory.serve.gateway_record import Episode
 
 
@@ -151,7 +153,7 @@ class Gateway:
         tm = self.tool_manager
         try:
             prompt = list(tm.render_prompt(request.messages, request.tools))
-        except (ValueError, TypeError, KeyError) as e:  # the template refusing these messages
+        except (ValueError, TypeError, KeyError, TemplateError) as e:  # the template refusing these messages
             raise BadRequest(f"the chat template cannot render these messages: {type(e).__name__}: {e}"[:500]) from None
         max_new = min(request.max_tokens or self.max_new_tokens, self.max_new_tokens)
         if self.context and len(prompt) + max_new > self.context:
@@ -166,7 +168,8 @@ class Gateway:
         def gen_request(k: int) -> GenRequest:
             # the kept KV cache of the sample this call continues (choice 0 only)
             session = f"{episode.key}:{match.index if match.index is not None else next_sample}" if k == 0 else None
-            return GenRequest(prompt, max_new, self.sampling or request.sampling, self.stop_ids, self.stop_strings + request.stop,
+            return GenRequest(prompt, max_new, self.sampling or request.sampling, self.stop_ids,
+                              self.stop_strings + request.stop,
                               session, None if seed is None else mix_seed(seed, call, k))
 
         t_submit = time.perf_counter()
@@ -181,7 +184,8 @@ class Gateway:
             text = turn_text(r, self.stop_texts)
             parsed = await parse_turn(tm, text)
             calls.append(list(parsed.calls) if isinstance(parsed, ToolCalls) and request.tool_choice != "none" else [])
-            choices.append(make_choice(text, parsed, r.finish_reason == "length", request.tool_choice, len(r.token_ids)))
+            length = r.finish_reason == "length"
+            choices.append(make_choice(text, parsed, length, request.tool_choice, len(r.token_ids)))
         samples = episode.record(match, prompt, results, self.policy_version, calls)
         gen_s = t_gen - t_submit  # waiting for the generator (its queue and the batch included)
         overhead = time.perf_counter() - t0 - gen_s
@@ -212,8 +216,8 @@ class Gateway:
             except GenerationUnavailable as e:
                 return _error(f"generation unavailable: {e}", 503)
             if req.stream:
-                return StreamingResponse(stream_chunks(choices, self.model_name, extra["prompt_tokens"], req.include_usage),
-                                         media_type="text/event-stream")
+                chunks = stream_chunks(choices, self.model_name, extra["prompt_tokens"], req.include_usage)
+                return StreamingResponse(chunks, media_type="text/event-stream")
             return JSONResponse(completion(choices, self.model_name, extra.pop("prompt_tokens"), extra))
 
         async def models(request: Request) -> JSONResponse:

@@ -215,13 +215,15 @@ class AgentEngine:
                     "finite number" + ("" if self.reward is not None else
                                        "; return the episode's reward, or set env.options.reward"))
         except asyncio.TimeoutError:
-            status, error = "infra_error", f"the agent did not finish within {self.timeout_s:g} s (env.options.timeout_s)"
+            status = "infra_error"
+            error = f"the agent did not finish within {self.timeout_s:g} s (env.options.timeout_s)"
         except Exception as e:  # the user's agent crashing is data about this episode, not the step's end
             status, error = "infra_error", f"the agent raised {type(e).__name__}: {e}"[:1000]
         try:
             episode = self.gateway.close_episode(key)
         except UnknownEpisode:  # closed already: nothing was recorded under it
-            return [Trajectory(f"{group}-{index}", group, status="infra_error", info=info, error=error or "episode lost")]
+            return [Trajectory(f"{group}-{index}", group, status="infra_error", info=info,
+                               error=error or "episode lost")]
         if error is not None:
             log.warning("episode %s-%d: %s", group, index, error)
         return episode.trajectories(group, index, status, reward if status != "infra_error" else None, error)

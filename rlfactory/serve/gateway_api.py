@@ -253,13 +253,16 @@ def stream_chunks(choices: list[Choice], model: str, prompt_tokens: int, include
         return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
 
     for i, c in enumerate(choices):
-        yield event({"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None})
+        yield event({"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None,
+                     "logprobs": None})
         if c.reasoning is not None:
-            yield event({"index": i, "delta": {"reasoning_content": c.reasoning}, "finish_reason": None, "logprobs": None})
+            yield event({"index": i, "delta": {"reasoning_content": c.reasoning}, "finish_reason": None,
+                         "logprobs": None})
         if c.content:
             yield event({"index": i, "delta": {"content": c.content}, "finish_reason": None, "logprobs": None})
         for k, call in enumerate(c.tool_calls):
-            delta = {"tool_calls": [{"index": k, "id": call["id"], "type": "function", "function": dict(call["function"])}]}
+            delta = {"tool_calls": [{"index": k, "id": call["id"], "type": "function",
+                                     "function": dict(call["function"])}]}
             yield event({"index": i, "delta": delta, "finish_reason": None, "logprobs": None})
         yield event({"index": i, "delta": {}, "finish_reason": c.finish_reason, "logprobs": None})
     if include_usage:
@@ -270,5 +273,6 @@ def stream_chunks(choices: list[Choice], model: str, prompt_tokens: int, include
 
 
 def error_body(message: str, status: int) -> dict[str, Any]:
-    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}.get(status, "server_error")
+    kinds = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
+    kind = kinds.get(status, "server_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}

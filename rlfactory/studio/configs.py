@@ -75,7 +75,7 @@ def with_lines(issues: list[ConfigIssue], text: str) -> list[ConfigIssue]:
 
 def check_config(text: str, overrides: list[str], base_dir: str | Path | None) -> CheckedConfig:
     """Validate YAML `text` plus `overrides` into a RunConfig; never raises for a bad config."""
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
 
     try:
         data = yaml.safe_load(text) if text.strip() else {}

@@ -194,7 +194,7 @@ class JobManager:
 
     def _start(self, command: str, config_text: str, extra: list[str], out_dir: Path, base_dir: Path | None) -> Job:
         from rlfactory.config import ConfigError, load_config
-        from rlfactory.train.config import RunConfig
+        from rlfactory.config import RunConfig
 
         job_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         folder = self.folder / job_id

@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
 
     from rlfactory.config import ConfigError, load_config
     from rlfactory.rollout.prepare import check_command, command_checks
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
 
     command, path = argv
     try:

@@ -43,7 +43,7 @@ async def score(section: dict[str, Any], trajectory: dict[str, Any]) -> dict[str
     the references. ConfigError (naming the key) for a bad section or trajectory.
     """
     from rlfactory.rewards import build_reward
-    from rlfactory.rewards.config import RewardConfig
+    from rlfactory.config import RewardConfig
     from rlfactory.rewards.text import answer_extractor, references_of
     from rlfactory.trajectory import Trajectory
 

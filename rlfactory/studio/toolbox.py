@@ -18,8 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from rlfactory.config import ConfigError, read_yaml, validate
-from rlfactory.tools.config import ToolsConfig
+from rlfactory.config import ConfigError, ToolsConfig, read_yaml, validate
 
 
 class _ToolsView(BaseModel):

@@ -14,8 +14,6 @@ _WHERE = {
     "AgentTool": "agent_tool",
     "ToolHandle": "agent_tool",
     "ResultCache": "cache",
-    "ToolOptions": "config",
-    "ToolsConfig": "config",
     "FunctionTool": "function",
     "function_tool": "function",
     "MCPTool": "mcp_client",

@@ -43,7 +43,7 @@ from rlfactory.tools.base import (
     TransportError,
 )
 from rlfactory.tools.cache import ResultCache, canonical_arguments
-from rlfactory.tools.config import ToolOptions, ToolsConfig
+from rlfactory.config import ToolOptions, ToolsConfig
 from rlfactory.tools.function import function_tool, result_from_value
 from rlfactory.tools.mcp_client import (
     CallTrace,

@@ -4,13 +4,11 @@
 `Trainer` holds one run's policy, optimizer and step (rlfactory/train/loop.py reads top to bottom).
 """
 
-from rlfactory.train.config import AlgoConfig, LoraSection, RunConfig, TrainerConfig
-
-__all__ = ["AlgoConfig", "LoraSection", "RunConfig", "TrainerConfig", "Trainer", "train", "evaluate"]
+__all__ = ["Trainer", "train", "evaluate"]
 
 
 def __getattr__(name: str):
-    # The loop imports torch and the rollout engine; keep `import rlfactory.train.config` light.
+    # The loop imports torch and the rollout engine; keep `import rlfactory.train` light.
     if name in ("Trainer", "train"):
         from rlfactory.train import loop
 

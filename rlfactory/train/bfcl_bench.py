@@ -54,7 +54,7 @@ def bfcl_config(model: str, family: str | None, prompt_style: str, overrides: li
     """The RunConfig a BFCL run uses: the model, the bfcl env, greedy one-turn rollouts with room for
     BFCL's long function lists (rollout.max_total_tokens 8192), then the caller's dotted overrides."""
     from rlfactory.config import load_config
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
 
     base = [f"model.path={model}", f"env.name={ENV_NAME}", f"env.options.prompt_style={prompt_style}",
             "rollout.max_total_tokens=8192", "rollout.max_new_tokens=512"]

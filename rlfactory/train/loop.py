@@ -58,7 +58,7 @@ from rlfactory.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from rlfactory.train.config import RunConfig
+from rlfactory.config import RunConfig
 from rlfactory.train.critic import Critic
 from rlfactory.train.data import PromptSampler, derive_seed, seed_everything, step_generator
 from rlfactory.train.evaluate import evaluate

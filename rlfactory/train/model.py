@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from rlfactory.train.batch import TrainBatch
-from rlfactory.train.config import LoraSection, TrainerConfig
+from rlfactory.config import LoraSection, TrainerConfig
 from rlfactory.train.logprobs import batched_logprobs
 
 

@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlfactory.config import dump_config
+from rlfactory.config import RunConfig, dump_config
 from rlfactory.envs.base import Env
 from rlfactory.run_state import write_run_state
 from rlfactory.train.checkpoint import latest_checkpoint
-from rlfactory.train.config import RunConfig
 from rlfactory.train.data import pin_threads
 from rlfactory.train.loggers import check_trackers, open_trackers
 from rlfactory.train.history import RESTART_FLAG, clear_history, start_over_refusal
@@ -93,7 +92,7 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
         trainer = Trainer(cfg, session, reward, train_rows, test_rows, parallel=parallel)
         if ckpt is not None:
             trainer.restore(ckpt)
-        log = RunLog(run_dir, resume_step=trainer.step_done if ckpt is not None else None,
+        log = RunLog(run_dir, resume_step=trainer.progress.step_done if ckpt is not None else None,
                      tensorboard="tensorboard" in cfg.trainer.loggers,
                      trackers=open_trackers(cfg.trainer.loggers, cfg.trainer.tracker, run_dir,
                                             cfg.model_dump(mode="json"), resume=ckpt is not None)) if main else None
@@ -105,9 +104,9 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
         except (KeyboardInterrupt, asyncio.CancelledError):
             outcome = "stopped"
             saved = _checkpoint_on_stop(trainer, parallel)
-            state(run_dir, "stopped", f"interrupted at step {trainer.step_done} of {cfg.trainer.steps}; {saved}")
+            state(run_dir, "stopped", f"interrupted at step {trainer.progress.step_done} of {cfg.trainer.steps}; {saved}")
             if main:
-                print(f"rlfactory train: stopped at step {trainer.step_done} of {cfg.trainer.steps}; {saved}", file=sys.stderr)
+                print(f"rlfactory train: stopped at step {trainer.progress.step_done} of {cfg.trainer.steps}; {saved}", file=sys.stderr)
             raise
         except BaseException as e:
             outcome = "failed"
@@ -116,15 +115,15 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
         finally:
             if log is not None:
                 log.close(outcome)
-        done = trainer.step_done >= cfg.trainer.steps
-        state(run_dir, "finished" if done else "stopped", f"step {trainer.step_done} of {cfg.trainer.steps}")
+        done = trainer.progress.step_done >= cfg.trainer.steps
+        state(run_dir, "finished" if done else "stopped", f"step {trainer.progress.step_done} of {cfg.trainer.steps}")
         return history
 
 
 def _checkpoint_on_stop(trainer: Trainer, parallel: Parallel) -> str:
     """Write the checkpoint of the last finished step on a stop (so `--resume` continues there and
     nothing logged is cut); one phrase saying what was done."""
-    if trainer.step_done == 0:
+    if trainer.progress.step_done == 0:
         return "no step finished"
     if parallel.world_size > 1:  # a collective save while ranks stop at different places could hang
         return "no checkpoint written on a stop under torchrun (the last one is trainer.save_every's)"

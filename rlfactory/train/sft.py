@@ -26,7 +26,7 @@ from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 from rlfactory.train.batch import collate
 from rlfactory.train.data import step_generator
 from rlfactory.train.logprobs import policy_forward
-from rlfactory.train.sft_config import SftConfig
+from rlfactory.config import SftConfig
 
 
 def _arguments(raw: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import torch
 
 from rlfactory.algos.advantages import get_advantage
 from rlfactory.algos.turns import turn_token_advantages
-from rlfactory.train.config import AlgoConfig
+from rlfactory.config import AlgoConfig
 from rlfactory.trajectory import Trajectory
 
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from rlfactory.algos.losses import entropy_bonus, get_policy_loss, kl_loss, truncated_is_weights, value_loss
 from rlfactory.train.batch import TrainBatch, filler_batch
-from rlfactory.train.config import AlgoConfig
+from rlfactory.config import AlgoConfig
 from rlfactory.train.critic import Critic
 from rlfactory.train.logprobs import policy_forward
 from rlfactory.train.parallel import Parallel, RowLayout, SingleProcess, reduce_weighted

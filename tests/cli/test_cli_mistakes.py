@@ -308,7 +308,7 @@ def test_a_missing_env_data_file_is_named_before_the_model_loads(scratch, tmp_pa
 def test_a_family_that_breaks_the_token_contract_names_the_one_that_works(tiny):
     from rlfactory.config import ConfigError
     from rlfactory.rollout.build import checked_tool_manager
-    from rlfactory.rollout.config import ModelConfig
+    from rlfactory.config import ModelConfig
 
     _, tok = tiny
     tok = copy.deepcopy(tok)

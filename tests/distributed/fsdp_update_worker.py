@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 from train_fixtures import make_traj, tiny_qwen3  # noqa: E402
 
 from rlfactory.distributed.fsdp import FsdpLearner  # noqa: E402
-from rlfactory.train.config import RunConfig  # noqa: E402
+from rlfactory.config import RunConfig  # noqa: E402
 from rlfactory.train.loop import Trainer, _reward_tensors  # noqa: E402
 
 CASES = {

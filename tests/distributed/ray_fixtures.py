@@ -28,7 +28,7 @@ def policy(tokenizer: Any) -> ScriptedPolicy:
 
 def gate_config(gate_file: Path, ray_temp: Path | None = None, **ray: Any) -> Any:
     """A RunConfig: PromptEnv, tiny:1m, the gate MCP server (one tool, `wait`), lock-step rollouts."""
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
 
     server = {"command": sys.executable, "args": [str(HERE / "gate_server.py")], "env": {"GATE_FILE": str(gate_file)}}
     return RunConfig.model_validate({

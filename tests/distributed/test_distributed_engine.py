@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from rlfactory.distributed.engine import RayRolloutEngine
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import group_names
 from rlfactory.trajectory import Trajectory
 

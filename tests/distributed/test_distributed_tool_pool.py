@@ -12,7 +12,7 @@ import pytest
 
 from rlfactory.tools import ToolRunner
 from rlfactory.tools.base import CRASHED, INVALID_ARGUMENTS, OK, TIMEOUT, UNKNOWN_TOOL, ToolCall
-from rlfactory.tools.config import ToolsConfig
+from rlfactory.config import ToolsConfig
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import sys
 sys.modules["ray"] = None  # as if ray were not installed: `import ray` raises ImportError
 import rlfactory, rlfactory.distributed, rlfactory.distributed.session
 from rlfactory.cli.main import main
-from rlfactory.train.config import RunConfig
+from rlfactory.config import RunConfig
 cfg = RunConfig.model_validate({"trainer": {"backend": "ray"}, "ray": {"rollout_workers": 3}})
 assert cfg.ray.rollout_workers == 3 and cfg.ray.tool_pools == 1
 try:

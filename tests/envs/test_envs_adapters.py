@@ -162,7 +162,7 @@ def test_openenv_env_rolls_out_in_one_session_per_trajectory_and_trains_a_step(t
     from rlfactory.rollout.build import open_rollout
     from rlfactory.rollout.scripted import ScriptedPolicy
     from rlfactory.tiny import resolve_model
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
     from rlfactory.train.run import train
 
     tok = AutoTokenizer.from_pretrained(resolve_model("tiny:1m"))

@@ -11,7 +11,7 @@ from rlfactory.envs.calculator import CalculatorEnv, guess
 from rlfactory.envs.registry import make_env
 from rlfactory.tools import ToolRunner
 from rlfactory.tools.base import ToolCall
-from rlfactory.tools.config import ToolsConfig
+from rlfactory.config import ToolsConfig
 
 
 def test_splits_are_seeded_and_disjoint():

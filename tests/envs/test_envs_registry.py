@@ -6,10 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rlfactory.config import ConfigError, load_config
+from rlfactory.config import ConfigError, EnvConfig, RunConfig, load_config
 from rlfactory.envs import Env, EnvTools, env_from_config, make_env, register_env, registered_envs
-from rlfactory.envs.config import EnvConfig
-from rlfactory.train.config import RunConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan

@@ -4,16 +4,8 @@ import asyncio
 
 import pytest
 
-from rlfactory.config import ConfigError, load_config, validate
-from rlfactory.rewards import (
-    ComposedReward,
-    FunctionReward,
-    RewardConfig,
-    RuleReward,
-    UnscorableTrajectory,
-    build_reward,
-    score_all,
-)
+from rlfactory.config import ConfigError, RewardConfig, load_config, validate
+from rlfactory.rewards import ComposedReward, FunctionReward, RuleReward, UnscorableTrajectory, build_reward, score_all
 from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory
 
 

@@ -7,15 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rlfactory.config import validate
-from rlfactory.rewards import (
-    JudgeError,
-    JudgeReward,
-    OpenAIJudge,
-    RewardConfig,
-    build_reward,
-    number_score,
-)
+from rlfactory.config import RewardConfig, validate
+from rlfactory.rewards import JudgeError, JudgeReward, OpenAIJudge, build_reward, number_score
 from rlfactory.trajectory import Segment, Trajectory
 from judge_http import send_json, serving
 

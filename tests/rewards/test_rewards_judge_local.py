@@ -9,8 +9,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from rlfactory.config import validate
-from rlfactory.rewards import JudgeReward, LocalJudge, RewardConfig, build_reward
+from rlfactory.config import RewardConfig, validate
+from rlfactory.rewards import JudgeReward, LocalJudge, build_reward
 from rlfactory.rewards.judge import DEFAULT_TEMPLATE
 from rlfactory.trajectory import Segment, Trajectory
 

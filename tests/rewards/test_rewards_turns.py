@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from rlfactory.config import ConfigError, validate
-from rlfactory.rewards import RewardConfig, RuleReward, build_reward, score_many
+from rlfactory.config import ConfigError, RewardConfig, validate
+from rlfactory.rewards import RuleReward, build_reward, score_many
 from rlfactory.rewards.turns import (
     WithTurnRewards,
     apply_turn_scores,

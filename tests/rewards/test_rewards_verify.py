@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from rlfactory.config import validate
+from rlfactory.config import RewardConfig, validate
 from rlfactory.rewards import (
-    RewardConfig,
     VerifyReward,
     artifact_arguments,
     build_reward,

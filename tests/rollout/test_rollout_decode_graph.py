@@ -12,7 +12,7 @@ import pytest
 import torch
 from rollout_fakes import one_torch_thread, tiny_random_lm
 
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.decode_graph import StaticDecode, static_mask_plan
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator

@@ -10,7 +10,7 @@ from rollout_fakes import EOT, CharToolManager, FakeRunner, RowsEnv, ScriptedGen
 
 from rlfactory.rollout.generator import GenResult
 
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.tools.base import CRASHED, TIMEOUT, ToolCall, ToolResult
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from rollout_fakes import tiny_random_lm
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 
@@ -87,7 +87,7 @@ def test_gpu_training_run_stays_on_the_gpu(tmp_path):
 
     from rlfactory.config import load_config
     from rlfactory.rollout.build import open_rollout
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
     from rlfactory.train.loop import Trainer
 
     # The device placement is under test, not the sandbox: GPU machines often lack bubblewrap.

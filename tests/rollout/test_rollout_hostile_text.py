@@ -13,7 +13,7 @@ from rollout_fakes import one_torch_thread
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlfactory.chat import make_tool_manager
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.prompt_env import PromptEnv

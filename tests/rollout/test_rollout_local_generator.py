@@ -10,7 +10,7 @@ import pytest
 import torch
 from rollout_fakes import CharTokenizer, one_torch_thread, tiny_random_lm
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.decode import prefill_groups
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator

@@ -10,7 +10,7 @@ import torch
 from pydantic import ValidationError
 
 from rlfactory.rollout import model_source
-from rlfactory.rollout.config import ModelConfig
+from rlfactory.config import ModelConfig
 from rlfactory.rollout.model_source import load_model, pick_device, resolve_model_path, smollm2_gguf
 
 

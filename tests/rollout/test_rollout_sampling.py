@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.sampling import RowSampling, sample
 
 

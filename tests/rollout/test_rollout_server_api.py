@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.server_api import MalformedResponse, build_request, parse_response
 

@@ -12,7 +12,7 @@ import pytest
 from fixture_server import FixtureServer, dead_url, fixture_response
 from rollout_fakes import EOT, CharToolManager, FakeRunner, RowsEnv
 
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.generator import GenerationUnavailable, GenRequest
 from rlfactory.rollout.server_generator import ServerGenerator

@@ -12,7 +12,7 @@ import torch
 from rollout_fakes import one_torch_thread, tiny_random_lm
 
 from rlfactory.rollout.attention_masks import layer_kinds, mask_plan
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 

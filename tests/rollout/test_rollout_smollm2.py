@@ -14,7 +14,7 @@ import torch
 from rlfactory.chat import ToolCalls, check_token_contract
 from rlfactory.chat.template_family import TemplateToolManager
 from rlfactory.rollout.build import tool_manager_for
-from rlfactory.rollout.config import ModelConfig, SamplingConfig
+from rlfactory.config import ModelConfig, SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.model_source import load_model

@@ -10,10 +10,9 @@ import math
 import pytest
 from rollout_fakes import CharToolManager, FakeRunner, RowsEnv, ScriptedGenerator
 
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig, ToolsConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.tools.base import ToolResult
-from rlfactory.tools.config import ToolsConfig
 from rlfactory.tools.runner import ToolRunner
 from rlfactory.trajectory import Trajectory
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from rollout_fakes import one_torch_thread, tiny_random_lm
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.versioned import VersionedGenerator

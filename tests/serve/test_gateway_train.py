@@ -58,9 +58,24 @@ def test_grpo_trains_on_gateway_episodes(tmp_path):
     trained = AutoModelForCausalLM.from_pretrained(latest_checkpoint(tmp_path / "run") / "model")
     changed = [n for (n, p), q in zip(initial.named_parameters(), trained.parameters()) if not torch.equal(p, q)]
     assert changed
-    logged = [json.loads(line) for line in (tmp_path / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
+    step_file = tmp_path / "run" / "trajectories" / "step_000001.jsonl"
+    logged = [json.loads(line) for line in step_file.read_text().splitlines()]
     assert len(logged) == 4 and all(t["info"]["samples"] == 1 and t["status"] == "ok" for t in logged)
     assert all([s["role"] for s in t["segments"]] == ["prompt", "model", "observation", "model"] for t in logged)
     assert all(t["advantage"] is not None for t in logged)
     for t in logged:  # each answered with the tool's result, after its sampled tokens
         assert t["segments"][-1]["text"].endswith(f"The answer is {t['info']['answer']}.<|im_end|>")
+
+
+def test_the_readme_command_trains_the_example_agent(tmp_path, capsys):
+    """`rlfactory train examples/gateway/train.yaml` (one small step): the untrained model writes no
+    tool call, the agent answers with whatever it wrote, the run finishes and logs its episodes."""
+    from rlfactory.cli.main import main
+
+    run = tmp_path / "run"
+    assert main(["train", str(EXAMPLES / "train.yaml"), f"trainer.run_dir={run}", "trainer.steps=1",
+                 "trainer.prompts_per_step=1", "algo.group_size=2", "rollout.max_new_tokens=8",
+                 "trainer.progress=false"]) == 0
+    logged = [json.loads(line) for line in (run / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
+    assert len(logged) == 2 and all(t["info"]["episode"] and t["status"] == "ok" for t in logged)
+    assert json.loads((run / "run_state.json").read_text())["state"] == "finished"

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.server_generator import ServerGenerator

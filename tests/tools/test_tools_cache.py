@@ -4,7 +4,8 @@ import asyncio
 
 from conftest import server
 
-from rlfactory.tools import ResultCache, ToolCall, ToolOptions, ToolResult, ToolRunner, ToolsConfig
+from rlfactory.config import ToolOptions, ToolsConfig
+from rlfactory.tools import ResultCache, ToolCall, ToolResult, ToolRunner
 from rlfactory.tools.cache import canonical_arguments
 
 

@@ -7,18 +7,8 @@ import time
 import pytest
 from conftest import pid_alive, server, wait_gone
 
-from rlfactory.tools import (
-    CIRCUIT_OPEN,
-    CRASHED,
-    ERROR,
-    OK,
-    TIMEOUT,
-    UNRESPONSIVE,
-    ToolCall,
-    ToolOptions,
-    ToolRunner,
-    ToolsConfig,
-)
+from rlfactory.config import ToolOptions, ToolsConfig
+from rlfactory.tools import CIRCUIT_OPEN, CRASHED, ERROR, OK, TIMEOUT, UNRESPONSIVE, ToolCall, ToolRunner
 from rlfactory.tools.runner import ToolStartError
 
 

@@ -5,7 +5,8 @@ import asyncio
 import json
 import time
 
-from rlfactory.tools import INVALID_ARGUMENTS, OK, ToolCall, ToolResult, ToolRunner, ToolsConfig
+from rlfactory.config import ToolsConfig
+from rlfactory.tools import INVALID_ARGUMENTS, OK, ToolCall, ToolResult, ToolRunner
 from rlfactory.tools.validation import MAX_ARGUMENT_DEPTH, ArgumentValidator
 
 RECURSIVE = {

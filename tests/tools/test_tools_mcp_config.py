@@ -3,9 +3,8 @@ import sys
 
 import pytest
 
-from rlfactory.config import ConfigError, load_config
-from rlfactory.tools import ToolsConfig, load_mcp_config
-from rlfactory.train.config import RunConfig
+from rlfactory.config import ConfigError, RunConfig, ToolsConfig, load_config
+from rlfactory.tools import load_mcp_config
 
 SERVERS = {
     "calc": {"command": "python", "args": ["-m", "rlfactory.tools.servers.calculator"], "env": {"K": 1}},

@@ -8,17 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import server
 
-from rlfactory.tools import (
-    CRASHED,
-    ERROR,
-    UNKNOWN_TOOL,
-    AgentTool,
-    ModelTool,
-    ToolCall,
-    ToolResult,
-    ToolRunner,
-    ToolsConfig,
-)
+from rlfactory.config import ToolsConfig
+from rlfactory.tools import CRASHED, ERROR, UNKNOWN_TOOL, AgentTool, ModelTool, ToolCall, ToolResult, ToolRunner
 
 
 class ChatServer:

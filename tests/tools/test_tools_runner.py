@@ -5,6 +5,7 @@ import json
 
 from conftest import server, time_server
 
+from rlfactory.config import ToolOptions, ToolsConfig
 from rlfactory.tools import (
     CRASHED,
     ERROR,
@@ -13,9 +14,7 @@ from rlfactory.tools import (
     TIMEOUT,
     UNKNOWN_TOOL,
     ToolCall,
-    ToolOptions,
     ToolRunner,
-    ToolsConfig,
     TransportError,
 )
 

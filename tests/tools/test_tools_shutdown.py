@@ -14,7 +14,8 @@ import uuid
 import pytest
 from conftest import pid_alive, server, time_server, wait_gone
 
-from rlfactory.tools import CRASHED, OK, ToolCall, ToolRunner, ToolsConfig
+from rlfactory.config import ToolsConfig
+from rlfactory.tools import CRASHED, OK, ToolCall, ToolRunner
 
 MCP = {"mcpServers": {"fault": server("fault"), "time": time_server()}}
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from conftest import server
 
-from rlfactory.tools import CRASHED, OK, UNKNOWN_TOOL, UNRESPONSIVE, ToolCall, ToolOptions, ToolRunner, ToolsConfig
+from rlfactory.config import ToolOptions, ToolsConfig
+from rlfactory.tools import CRASHED, OK, UNKNOWN_TOOL, UNRESPONSIVE, ToolCall, ToolRunner
 from rlfactory.tools.runner import ToolStartError
 
 MUTE = str(Path(__file__).with_name("mute_server.py"))

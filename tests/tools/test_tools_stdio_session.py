@@ -12,7 +12,8 @@ import pytest
 from conftest import server
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
-from rlfactory.tools import ERROR, OK, TIMEOUT, ToolCall, ToolOptions, ToolRunner, ToolsConfig
+from rlfactory.config import ToolOptions, ToolsConfig
+from rlfactory.tools import ERROR, OK, TIMEOUT, ToolCall, ToolRunner
 from rlfactory.tools.mcp_session import ConnectionLost, StdioSession
 from rlfactory.tools.stdio import StdioProcess
 

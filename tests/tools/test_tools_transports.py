@@ -2,7 +2,8 @@
 
 import asyncio
 
-from rlfactory.tools import CIRCUIT_OPEN, CRASHED, UNKNOWN_TOOL, ToolCall, ToolRunner, ToolsConfig
+from rlfactory.config import ToolsConfig
+from rlfactory.tools import CIRCUIT_OPEN, CRASHED, UNKNOWN_TOOL, ToolCall, ToolRunner
 
 
 def test_streamable_http_and_sse_servers(http_server):

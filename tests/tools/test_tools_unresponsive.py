@@ -5,7 +5,8 @@ import asyncio
 
 from conftest import server
 
-from rlfactory.tools import OK, TIMEOUT, UNRESPONSIVE, ToolCall, ToolOptions, ToolRunner, ToolsConfig
+from rlfactory.config import ToolOptions, ToolsConfig
+from rlfactory.tools import OK, TIMEOUT, UNRESPONSIVE, ToolCall, ToolRunner
 
 
 def test_a_frozen_server_is_unresponsive_and_a_slow_call_on_a_live_server_is_a_timeout():

@@ -18,7 +18,7 @@ from rlfactory.train.checkpoint import (
 )
 from rlfactory.train.data import PromptSampler
 from rlfactory.train.model import apply_lora, load_full_weights, load_lora_weights
-from rlfactory.train.config import LoraSection
+from rlfactory.config import LoraSection
 from rlfactory.train.runlog import RunLog, read_metrics
 from train_fixtures import make_traj, tiny_qwen3
 

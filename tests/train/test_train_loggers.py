@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from rlfactory.cli.main import main
-from rlfactory.config import ConfigError
+from rlfactory.config import ConfigError, TrackerConfig
 from rlfactory.server_process import free_port
-from rlfactory.train.loggers import TrackerConfig, Trackers, check_trackers, open_trackers, trajectory_rows
+from rlfactory.train.loggers import Trackers, check_trackers, open_trackers, trajectory_rows
 from rlfactory.train.runlog import RunLog, read_metrics
 from rlfactory.trajectory import Segment, ToolCallRecord, Trajectory
 from train_fixtures import run_config

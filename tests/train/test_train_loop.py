@@ -17,10 +17,9 @@ import pytest
 import torch
 
 from rlfactory.cli.main import main
-from rlfactory.config import load_config
+from rlfactory.config import RunConfig, load_config
 from rlfactory.rewards.rule import RuleReward
 from rlfactory.run_state import describe, read_run_state
-from rlfactory.train.config import RunConfig
 from rlfactory.train.loop import Trainer
 from rlfactory.train.runlog import read_metrics
 from train_fixtures import make_traj, run_config, tiny_qwen3

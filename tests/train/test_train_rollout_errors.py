@@ -10,9 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlfactory.config import load_config
+from rlfactory.config import RunConfig, load_config
 from rlfactory.rewards.rule import RuleReward
-from rlfactory.train.config import RunConfig
 from rlfactory.train.loop import MAX_FAILED_ROLLOUTS, Trainer
 from train_fixtures import make_traj, run_config, tiny_qwen3
 

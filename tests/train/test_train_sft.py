@@ -10,7 +10,7 @@ from rlfactory.trajectory import Trajectory
 from rlfactory.tiny import resolve_model
 from rlfactory.tools.base import ToolSpec
 from rlfactory.train.sft import demo_to_trajectory, sft_train
-from rlfactory.train.sft_config import SftConfig
+from rlfactory.config import SftConfig
 
 SEARCH = ToolSpec("search", "Search the corpus.", {"type": "object", "properties": {"query": {"type": "string"}}})
 

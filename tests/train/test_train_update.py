@@ -9,10 +9,9 @@ import torch
 
 from train_fixtures import make_traj, tiny_qwen3
 from rlfactory.train.batch import collate
-from rlfactory.train.config import AlgoConfig
+from rlfactory.config import AlgoConfig, TrainerConfig
 from rlfactory.train.logprobs import batched_logprobs, policy_forward
 from rlfactory.train.model import make_optimizer, make_scheduler
-from rlfactory.train.config import TrainerConfig
 from rlfactory.train.update import PolicyUpdate, UpdateData
 
 

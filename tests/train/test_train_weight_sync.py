@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from rlfactory.rollout.config import SamplingConfig
+from rlfactory.config import SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.server_generator import ServerGenerator
 from rlfactory.serve.app import build_app
@@ -158,7 +158,7 @@ def test_auto_uses_the_page_cache_on_this_machine_and_http_elsewhere(tmp_path):
 
 
 def test_make_weight_sync_only_for_the_server_backend(tmp_path):
-    from rlfactory.train.config import RunConfig
+    from rlfactory.config import RunConfig
 
     cfg = RunConfig.model_validate({"generator": {"backend": "server", "urls": ["http://127.0.0.1:1"]},
                                     "trainer": {"run_dir": str(tmp_path)}})

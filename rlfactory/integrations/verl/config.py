@@ -14,9 +14,7 @@ from typing import Sequence
 
 from pydantic import Field
 
-from rlfactory.config import Section, load_config
-from rlfactory.envs.config import EnvConfig
-from rlfactory.tools.config import ToolsConfig
+from rlfactory.config import EnvConfig, Section, ToolsConfig, load_config
 
 
 class VerlRolloutConfig(Section):

@@ -17,7 +17,7 @@ import numpy as np
 from rlfactory.integrations.verl.generator import VerlGenerator
 from rlfactory.integrations.verl.output import AgentLoopFields, trajectory_fields
 from rlfactory.integrations.verl.worker import VerlWorker
-from rlfactory.rollout.config import RolloutConfig, SamplingConfig
+from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.trajectory import Segment, Trajectory
 

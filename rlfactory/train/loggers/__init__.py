@@ -9,11 +9,10 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from rlfactory.config import ConfigError
+from rlfactory.config import TRACKERS, ConfigError, TrackerConfig
 from rlfactory.train.loggers.base import Tracker, Trackers, TrajectoryRow, read_state, trajectory_rows
-from rlfactory.train.loggers.config import TRACKERS, LoggerName, TrackerConfig
 
-__all__ = ["LoggerName", "TrackerConfig", "Tracker", "Trackers", "TrajectoryRow", "check_trackers", "open_trackers",
+__all__ = ["Tracker", "Trackers", "TrajectoryRow", "check_trackers", "open_trackers",
            "read_state", "trajectory_rows"]
 
 _PACKAGE = {"wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}

@@ -14,9 +14,8 @@ from typing import Any
 
 import httpx
 
-from rlfactory.config import ConfigError
+from rlfactory.config import ConfigError, TrackerConfig
 from rlfactory.train.loggers.base import TABLE_COLUMNS, TrajectoryRow
-from rlfactory.train.loggers.config import TrackerConfig
 
 # MLflow retries a failed request 7 times with backoff 2 (minutes in all) and waits 120 s for a
 # reply: a tracking server gone mid-run would hold every training step that long. Our defaults

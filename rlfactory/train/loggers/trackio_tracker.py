@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlfactory.train.loggers.base import TABLE_COLUMNS, TrajectoryRow
-from rlfactory.train.loggers.config import TrackerConfig
+from rlfactory.config import TrackerConfig
 
 
 class TrackioTracker:

@@ -7,9 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlfactory.config import ConfigError
+from rlfactory.config import ConfigError, TrackerConfig
 from rlfactory.train.loggers.base import TABLE_COLUMNS, TrajectoryRow
-from rlfactory.train.loggers.config import TrackerConfig
 
 
 def wandb_mode(cfg: TrackerConfig) -> str:

@@ -1,4 +1,4 @@
-"""Config section `tools:` (owned by the tool layer)."""
+"""Config section `tools:` (read by the tool layer)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from rlfactory.config import ConfigPath, Section
+from rlfactory.config.base import ConfigPath, Section
 
 
 class ToolOptions(Section):

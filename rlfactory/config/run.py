@@ -1,4 +1,5 @@
-"""The run config: one YAML file, every section typed. `rlfactory.config.load_config(RunConfig, ...)`.
+"""Config sections `algo:` and `trainer:`, and `RunConfig`, the whole run file:
+`rlfactory.config.load_config(RunConfig, path, overrides)`.
 
 The docstring under each field is the config reference.
 """
@@ -10,18 +11,16 @@ from typing import Literal
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from rlfactory.algos import resolve_advantage, resolve_policy_loss
-
-from rlfactory.config import ConfigPath, Section
-from rlfactory.envs.config import EnvConfig
-from rlfactory.rewards.config import RewardConfig
-from rlfactory.rollout.config import ModelConfig, RolloutConfig, SamplingConfig
-from rlfactory.rollout.server_config import GeneratorConfig
-from rlfactory.tools.config import ToolsConfig
-from rlfactory.train.fsdp_config import FsdpConfig
-from rlfactory.train.loggers.config import LoggerName, TrackerConfig
-from rlfactory.train.ray_config import RayConfig
-from rlfactory.train.sft_config import SftConfig
+from rlfactory.config.base import ConfigPath, Section
+from rlfactory.config.env import EnvConfig
+from rlfactory.config.fsdp import FsdpConfig
+from rlfactory.config.generator import GeneratorConfig
+from rlfactory.config.ray import RayConfig
+from rlfactory.config.reward import RewardConfig
+from rlfactory.config.rollout import ModelConfig, RolloutConfig, SamplingConfig
+from rlfactory.config.sft import SftConfig
+from rlfactory.config.tools import ToolsConfig
+from rlfactory.config.tracker import LoggerName, TrackerConfig
 
 
 class AlgoConfig(Section):
@@ -106,6 +105,10 @@ class AlgoConfig(Section):
     @field_validator("advantage", "loss")
     @classmethod
     def _registered(cls, name: str, info: ValidationInfo) -> str:
+        # The names are algos' registries'; imported here, not at the top, so that importing the
+        # config package (every layer does) does not import torch.
+        from rlfactory.algos import resolve_advantage, resolve_policy_loss
+
         if ":" in name:  # `module:function` may live next to the config
             base = (info.context or {}).get("base_dir")
             if base and base not in sys.path:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from rlfactory.config import ConfigPath, Section
+from rlfactory.config.base import ConfigPath, Section
 
 
 class GeneratorConfig(Section):

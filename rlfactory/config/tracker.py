@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from rlfactory.config import Section
+from rlfactory.config.base import Section
 
 LoggerName = Literal["jsonl", "tensorboard", "wandb", "mlflow", "trackio"]
 TRACKERS: tuple[str, ...] = ("wandb", "mlflow", "trackio")

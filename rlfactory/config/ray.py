@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from rlfactory.config import ConfigPath, Section
+from rlfactory.config.base import ConfigPath, Section
 
 
 class RayConfig(Section):

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from rlfactory.config import Section
+from rlfactory.config.base import Section
 
 
 class FsdpConfig(Section):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlfactory.config import ConfigPath, Section
+from rlfactory.config.base import ConfigPath, Section
 
 
 class SftConfig(Section):

@@ -1,11 +1,10 @@
 """Typed configuration: YAML files validated into pydantic models before any work starts.
 
-Every package defines its own section as a `Section` subclass (unknown keys are errors). A run
+Every section is a `Section` subclass (unknown keys are errors), in this package beside this module. A run
 config is loaded with `load_config(Model, path, overrides)`; dotted overrides such as
 `tools.timeout_s=5` are applied before validation, and their values are parsed as YAML scalars.
 Any error names the key and the file. Relative paths in a config are resolved against the
-config file's folder (see `ExistingFile`). This module imports nothing else of rlfactory, so every
-package may use it.
+config file's folder (see `ExistingFile`). This module imports nothing else of rlfactory.
 """
 
 from __future__ import annotations

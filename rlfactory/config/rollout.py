@@ -1,4 +1,4 @@
-"""Config sections `model:`, `sampling:` and `rollout:` (owned by the rollout engine)."""
+"""Config sections `model:`, `sampling:` and `rollout:` (read by the rollout engine)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
-from rlfactory.config import Section
+from rlfactory.config.base import Section
 
 TOOL_FAILURE_STATUSES = ("error", "timeout", "invalid_arguments", "unknown_tool", "crashed", "circuit_open",
                          "unresponsive")

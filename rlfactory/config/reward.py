@@ -1,4 +1,4 @@
-"""Config section `reward:` (owned by the rewards). Built into a `Reward` by `build_reward`.
+"""Config section `reward:` (read by the rewards). Built into a `Reward` by `build_reward`.
 
 Example:
 
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
-from rlfactory.config import ExistingFile, Section
+from rlfactory.config.base import ExistingFile, Section
 
 
 class JudgeConfig(Section):

@@ -1,10 +1,10 @@
-"""Config section `env:` (owned by the environments). Built with `rlfactory.envs.env_from_config`."""
+"""Config section `env:` (read by the environments). Built with `rlfactory.envs.env_from_config`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlfactory.config import ExistingFile, Section
+from rlfactory.config.base import ExistingFile, Section
 
 
 class EnvConfig(Section):
