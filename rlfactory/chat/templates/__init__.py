@@ -5,6 +5,10 @@
 - `llama3.jinja`: a Llama 3.1-style tool-calling template (JSON calls
   `{"name": ..., "parameters": ...}`, tool results in the `ipython` role), for Llama 3 tokenizers
   whose own template has no tool support.
+- `qwen3_vl.jinja`: the Qwen3 template with Qwen3-VL's handling of content lists (image parts render
+  `<|vision_start|><|image_pad|><|vision_end|>`, in user, system and tool messages); the
+  `qwen2_5_vl` family uses it when a model's own template renders no tools (Qwen2.5-VL's), and
+  rlfactory's tiny vision-language model ships it.
 """
 
 from __future__ import annotations
@@ -13,5 +17,5 @@ from importlib import resources
 
 
 def load_template(name: str) -> str:
-    """The text of the shipped template `name` (`qwen3` or `llama3`)."""
+    """The text of the shipped template `name` (`qwen3`, `llama3` or `qwen3_vl`)."""
     return resources.files(__package__).joinpath(f"{name}.jinja").read_text(encoding="utf-8")
