@@ -1,4 +1,4 @@
-"""Multi-turn rollouts: Trajectory, generators, the asynchronous engine and the lock-step baseline.
+"""Multi-turn rollouts: generators, the asynchronous engine and the lock-step baseline.
 
     async with open_rollout(cfg) as session:          # model, tokenizer, ToolManager, tools, env
         trajs = await session.engine.run(rows, n=8)   # n trajectories per row, reward left None
@@ -13,11 +13,6 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Trajectory": "rlfactory.trajectory",
-    "Segment": "rlfactory.trajectory",
-    "ToolCallRecord": "rlfactory.trajectory",
-    "read_jsonl": "rlfactory.trajectory",
-    "write_jsonl": "rlfactory.trajectory",
     "GenRequest": "generator",
     "GenResult": "generator",
     "Generator": "generator",
@@ -39,8 +34,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        module = _EXPORTS[name]
-        return getattr(importlib.import_module(module if "." in module else f"rlfactory.rollout.{module}"), name)
+        return getattr(importlib.import_module(f"rlfactory.rollout.{_EXPORTS[name]}"), name)
     raise AttributeError(f"module 'rlfactory.rollout' has no attribute {name!r}")
 
 
