@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         exit_with_parent(args.exit_with_parent)
     import uvicorn
 
-    from rlfactory.rollout.build import checked_tool_manager, load_tokenizer, pad_id_of
+    from rlfactory.train.session import checked_tool_manager, load_tokenizer, pad_id_of
     from rlfactory.config import ModelConfig
     from rlfactory.rollout.model_source import load_model, pick_device
     from rlfactory.serve.gateway import Gateway

@@ -237,10 +237,10 @@ async def open_agent_rollout(cfg: Any, *, model: Any = None, tokenizer: Any = No
     through an in-process gateway on a free loopback port: what `rlfactory train` opens for
     `env.name: agent`. The trainer's `sampling:` applies to every call (the agent's own
     temperature is ignored: the recorded logprobs must be the trainer's)."""
-    from rlfactory.rollout.build import RolloutSession, checked_tool_manager, pad_id_of
+    from rlfactory.train.session import RolloutSession, checked_tool_manager, pad_id_of
     from rlfactory.rollout.local import LocalGenerator
     from rlfactory.rollout.model_source import check_model_path, load_model, pick_device
-    from rlfactory.rollout.prepare import build_env
+    from rlfactory.train.prepare import build_env
 
     if env is None:
         if cfg.env.name == "agent":  # the short name, until the env registry lists it

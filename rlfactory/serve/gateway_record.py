@@ -102,7 +102,8 @@ class Episode:
         ids = self.samples[ref].ids
         diff = first_difference(ids, prompt)
         if diff == len(prompt):
-            reason = f"the prompt ({len(prompt)} tokens) is shorter than sample {ref} ({len(ids)} tokens) and ends inside it"
+            reason = (f"the prompt ({len(prompt)} tokens) is shorter than sample {ref} ({len(ids)} tokens) "
+                      "and ends inside it")
         else:
             was, now = self.decode(ids[diff: diff + 8]), self.decode(prompt[diff: diff + 8])
             reason = f"history rewritten: at token {diff} sample {ref} has {was!r}, the prompt has {now!r}"
@@ -163,7 +164,8 @@ class Episode:
                                error=error or "the agent made no model call through the gateway", metrics=metrics)]
         out = []
         for s, sample in enumerate(self.samples):
-            info = {**self.info, "episode": self.key, "sample": s, "samples": len(self.samples), "branch": sample.branch}
+            info = {**self.info, "episode": self.key, "sample": s, "samples": len(self.samples),
+                    "branch": sample.branch}
             out.append(Trajectory(f"{group}-{index}" + (f".{s}" if s else ""), group, sample.segments,
                                   sample.tool_calls, sample.turns, status, reward, dict(reward_terms or {}), info,
                                   error, dict(metrics)))

@@ -30,7 +30,8 @@ def add_plan(free_answer: int = 0):
         if summary or results:
             return TurnPlan(free=free_answer, forced=f"The answer is {(summary or results)[-1]}.")
         a, b = re.findall(r"Add (-?\d+) and (-?\d+)", ctx)[-1]
-        return TurnPlan(free=0, forced=f'<tool_call>\n{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>')
+        call = f'{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}'
+        return TurnPlan(free=0, forced=f"<tool_call>\n{call}\n</tool_call>")
 
     return plan
 

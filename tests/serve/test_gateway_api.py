@@ -56,7 +56,8 @@ def test_a_tool_call_turn_reads_back_with_the_openai_sdk():
     reply = ChatCompletion.model_validate(body)
     msg = reply.choices[0].message
     assert reply.choices[0].finish_reason == "tool_calls" and msg.content == "let me add"
-    assert msg.tool_calls[0].function.name == "add" and json.loads(msg.tool_calls[0].function.arguments) == {"a": 1, "b": "é"}
+    assert msg.tool_calls[0].function.name == "add"
+    assert json.loads(msg.tool_calls[0].function.arguments) == {"a": 1, "b": "é"}
     assert body["choices"][0]["message"]["reasoning_content"] == "hmm"
     assert reply.usage.prompt_tokens == 5 and reply.usage.completion_tokens == 9
 

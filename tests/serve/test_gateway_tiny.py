@@ -91,7 +91,8 @@ async def summarising_agent(row, client):
     import openai_agent
 
     messages = [{"role": "user", "content": row["question"]}]
-    first = (await oa.chat.completions.create(model=client.model, messages=messages, tools=openai_agent.TOOLS)).choices[0]
+    reply = await oa.chat.completions.create(model=client.model, messages=messages, tools=openai_agent.TOOLS)
+    first = reply.choices[0]
     args = json.loads(first.message.tool_calls[0].function.arguments)
     summary = [{"role": "user", "content": f"{row['question']} Summary: add gave {openai_agent.add(**args)}."}]
     final = await oa.chat.completions.create(model=client.model, messages=summary, tools=openai_agent.TOOLS)
@@ -103,7 +104,8 @@ def test_an_agent_that_drops_history_gives_two_samples_sharing_the_reward(tiny):
 
     async def main():
         async with serving(model, tok) as gw:
-            return await AgentEngine(gw, summarising_agent).run([{"id": "s", "question": "Add 1 and 2.", "answer": 3}], 1)
+            row = {"id": "s", "question": "Add 1 and 2.", "answer": 3}
+            return await AgentEngine(gw, summarising_agent).run([row], 1)
 
     a, b = asyncio.run(main())
     assert (a.id, b.id) == ("s-0", "s-0.1") and a.reward == b.reward == 1.0 and a.status == b.status == "ok"
@@ -187,3 +189,37 @@ def test_crashing_hanging_and_wrong_agents_are_infra_errors_and_the_others_score
     assert by["ok"].status == "ok" and by["ok"].reward == 1.0
     assert all(t.reward is None for t in trajs if t.status == "infra_error")
     assert left_open == {}  # every episode was closed, its key refused from then on
+
+
+def test_hostile_requests_get_one_line_and_the_gateway_goes_on(tiny):
+    model, tok = tiny
+    user = {"role": "user", "content": "Add 1 and 2."}
+
+    async def main():
+        async with serving(model, tok) as gw:
+            key = gw.open_episode()
+            url = f"/episodes/{key}/v1/chat/completions"
+            async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
+                deep = await http.post(url, content=b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+                not_utf8 = await http.post(url, content=b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}')
+                parts = await http.post(url, json={"messages": [{"role": "user", "content": [{"type": "audio"}]}]})
+                tool_first = await http.post(url, json={"messages": [{"role": "tool", "content": "x"}], "n": 99})
+                # a lone surrogate (JSON escape) and a non-JSON arguments string are served
+                odd = await http.post(url, content=json.dumps({"messages": [
+                    {"role": "user", "content": "Add 1 and 2. \ud800"},
+                    {"role": "assistant", "content": None,
+                     "tool_calls": [{"id": "c", "type": "function",
+                                     "function": {"name": "add", "arguments": "{oops"}}]},
+                    {"role": "tool", "tool_call_id": "c", "content": "3"}], "max_tokens": 10**9},
+                    ensure_ascii=True).encode())
+                ok = await http.post(url, json={"messages": [user]})
+            return deep, not_utf8, parts, tool_first, odd, ok, gw.close_episode(key)
+
+    deep, not_utf8, parts, tool_first, odd, ok, episode = asyncio.run(main())
+    for bad, says in ((deep, "not valid JSON"), (not_utf8, "not valid JSON"), (parts, "'audio' is not supported"),
+                      (tool_first, "`n` must be between 1 and 16")):
+        assert bad.status_code == 400 and says in bad.json()["error"]["message"], bad.text
+    assert odd.status_code == 200 and odd.json()["choices"][0]["message"]["content"] == "The answer is 3."
+    assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert '"arguments": {oops}' in episode.samples[0].segments[0].text  # shown as the agent sent it
+    assert "\ufffd" in episode.samples[0].segments[0].text
