@@ -223,3 +223,33 @@ def test_hostile_requests_get_one_line_and_the_gateway_goes_on(tiny):
     assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "tool_calls"
     assert '"arguments": {oops}' in episode.samples[0].segments[0].text  # shown as the agent sent it
     assert "\ufffd" in episode.samples[0].segments[0].text
+
+
+def sync_agent(row, client):
+    """A plain synchronous OpenAI SDK agent (run in a worker thread by the engine)."""
+    import openai_agent
+
+    oa = client.openai_sync(max_retries=0)
+    messages = [{"role": "user", "content": row["question"]}]
+    for _ in range(4):
+        message = oa.chat.completions.create(model=client.model, messages=messages,
+                                             tools=openai_agent.TOOLS).choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return float(str(row["answer"]) in message.content)
+        for call in message.tool_calls:
+            result = openai_agent.add(**json.loads(call.function.arguments))
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": str(result)})
+    return 0.0
+
+
+def test_a_sync_agent_runs_in_a_worker_thread(tiny):
+    model, tok = tiny
+    rows = [{"id": "x", "question": "Add 4 and 4.", "answer": 8}]
+
+    async def main():
+        async with serving(model, tok) as gw:
+            return await AgentEngine(gw, sync_agent).run(rows, 2, seeds=[7])
+
+    a, b = asyncio.run(main())
+    assert (a.id, b.id) == ("x-0", "x-1") and a.reward == b.reward == 1.0 and a.turns == b.turns == 2
