@@ -48,15 +48,10 @@ def tokenizer_folder(run: Path) -> Path | None:
     if ckpts:
         return run / "checkpoints" / ckpts[-1] / "model"
     model_path = str((read_config(run).get("model") or {}).get("path", ""))
-    if model_path.startswith("tiny:"):
-        try:
-            from rlfactory.tiny.cache import parse_tiny_spec, tiny_dir
+    if model_path.startswith(("tiny:", "tiny-vl:")):
+        from rlfactory.tiny.cache import cached_dir
 
-            spec = parse_tiny_spec(model_path)
-        except ValueError:
-            return None
-        folder = tiny_dir(*spec) if spec else None
-        return folder if folder is not None and folder.is_dir() else None
+        return cached_dir(model_path)
     p = Path(model_path)
     return p if model_path and p.is_dir() else None
 

@@ -58,10 +58,26 @@ def ensure_tiny(size: str, seed: int = 0) -> Path:
     return build_once(tiny_dir(size, seed), lambda out: make_tiny_model(out, size=size, seed=seed), _is_current)
 
 
+def tiny_vl_dir(size: str, seed: int = 0) -> Path:
+    return cache_root() / f"tiny-vl-{size}-seed{seed}"
+
+
 def ensure_tiny_vl(size: str, seed: int = 0) -> Path:
     """The cached tiny vision-language model folder (`tiny-vl:<size>[:<seed>]`, rlfactory/tiny/vl.py)."""
-    return build_once(cache_root() / f"tiny-vl-{size}-seed{seed}",
+    return build_once(tiny_vl_dir(size, seed),
                       lambda out: make_tiny_vl_model(out, size=size, seed=seed), is_current_vl)
+
+
+def cached_dir(spec: str) -> Path | None:
+    """The cache folder of a `tiny:` or `tiny-vl:` spec when it is already built (nothing is made);
+    None for any other string, a bad spec, or a model not made yet."""
+    try:
+        vl = parse_tiny_vl_spec(spec)
+        tiny = None if vl is not None else parse_tiny_spec(spec)
+    except ValueError:
+        return None
+    folder = tiny_vl_dir(*vl) if vl is not None else tiny_dir(*tiny) if tiny is not None else None
+    return folder if folder is not None and folder.is_dir() else None
 
 
 def build_once(final: Path, build: Callable[[Path], object], is_current: Callable[[Path], bool] | None = None) -> Path:

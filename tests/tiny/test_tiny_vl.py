@@ -82,3 +82,28 @@ def test_bad_specs_are_one_line():
         with pytest.raises(ConfigError, match="tiny-vl") as e:
             check_model_path(bad)
         assert "\n" not in str(e.value)
+
+
+def test_make_tiny_model_vl_writes_the_folder(tmp_path, capsys):
+    from rlfactory.cli.main import main
+
+    assert main(["make-tiny-model", "--vl", "--out", str(tmp_path / "vl")]) == 0
+    assert "tiny vision-language model (1m, seed 0, 1,2" in capsys.readouterr().out
+    assert (tmp_path / "vl" / "preprocessor_config.json").is_file()
+    assert main(["make-tiny-model", "--vl", "--size", "10m", "--out", str(tmp_path / "no")]) == 2
+    assert "no tiny vision-language model of size '10m'" in capsys.readouterr().out
+
+
+def test_the_studio_finds_a_tiny_vl_runs_tokenizer_without_building_anything(cache, tmp_path):
+    from rlfactory.studio.tokens import tokenizer_folder
+    from rlfactory.tiny.cache import cached_dir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model:\n  path: tiny-vl:1m:5\n")
+    assert tokenizer_folder(run) is None and cached_dir("tiny-vl:1m:5") is None  # not made: none, nothing built
+    assert not (cache / "tiny-vl-1m-seed5").exists()
+    resolve_model("tiny-vl:1m")
+    (run / "config.yaml").write_text("model:\n  path: tiny-vl:1m\n")
+    assert tokenizer_folder(run) == cache / "tiny-vl-1m-seed0" == cached_dir("tiny-vl:1m")
+    assert cached_dir("tiny-vl:9m") is None and cached_dir("elsewhere") is None
