@@ -123,3 +123,16 @@ def test_image_values_from_rows_data_urls_and_files(tmp_path):
         image_from_value("missing.png", tmp_path)
     with pytest.raises(ImageError, match="not valid base64"):
         image_from_value("data:image/png;base64,@@@")
+
+
+def test_hostile_image_paths_are_one_line_each(tmp_path):
+    (tmp_path / "dir.png").mkdir()
+    with open(tmp_path / "huge.png", "wb") as f:  # sparse: 33 MB on paper, nothing on disk
+        f.truncate(33 * 1024 * 1024)
+    (tmp_path / "secret.txt").write_text("not a picture\n")
+    (tmp_path / "link.png").symlink_to(tmp_path / "secret.txt")
+    for name, why in (("dir.png", "cannot read image file"), ("huge.png", "is larger than the"),
+                      ("link.png", "not an image Pillow can read")):
+        with pytest.raises(ImageError, match=why) as e:
+            image_from_value(name, tmp_path)
+        assert "\n" not in str(e.value)
