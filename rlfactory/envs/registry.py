@@ -36,6 +36,7 @@ _BUILTIN: dict[str, str] = {
     "bfcl": "rlfactory.envs.bfcl:BfclEnv",
     "verifiers": "rlfactory.envs.adapters.verifiers_env:VerifiersEnv",
     "openenv": "rlfactory.envs.adapters.openenv_env:OpenEnvEnv",
+    "agent": "rlfactory.serve.gateway_agents:AgentEnv",  # a user's agent through the recording gateway
 }
 
 ENTRY_POINT_GROUP = "rlfactory.envs"

@@ -110,6 +110,14 @@ class AgentEnv(PromptEnv):
     def reward(self) -> "EpisodeReward":
         return EpisodeReward()
 
+    def tools(self) -> Any:
+        """Every command but `rlfactory train` (trainer.backend: local) asks an env for its tools
+        before its model loads: there the agent env ends the command with one line, instead of
+        rolling the rows out without the agent."""
+        raise ConfigError("env.name: agent runs a user's agent through the gateway, which only `rlfactory train` "
+                          "with trainer.backend: local does so far (not rollout, eval, sft, the studio's "
+                          "playground or trainer.backend: ray)")
+
 
 class EpisodeReward:
     """The trainer's reward for gateway episodes: the score the agent runner already gave."""

@@ -79,3 +79,11 @@ def test_the_readme_command_trains_the_example_agent(tmp_path, capsys):
     logged = [json.loads(line) for line in (run / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
     assert len(logged) == 2 and all(t["info"]["episode"] and t["status"] == "ok" for t in logged)
     assert json.loads((run / "run_state.json").read_text())["state"] == "finished"
+
+
+def test_commands_that_cannot_run_an_agent_say_so_in_one_line(tmp_path, capsys):
+    from rlfactory.cli.main import main
+
+    assert main(["rollout", str(EXAMPLES / "train.yaml"), "--out", str(tmp_path / "r.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "env.name: agent runs a user's agent through the gateway" in err[0], err
