@@ -2,7 +2,8 @@
 
 Keys are a tool's stable id plus its arguments in canonical JSON (sorted keys, no spaces), so the
 same call with keys in another order hits. Entries expire after `ttl_s` (wall clock, so a TTL
-also holds across runs). Only successful results are stored.
+also holds across runs). Only successful results are stored, and not those whose images weigh more
+than MAX_IMAGE_BYTES (4096 remembered screenshots would be gigabytes of memory).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from typing import Any, Callable
 
 from rlfactory.images import Image
 from rlfactory.tools.base import ToolResult
+
+MAX_IMAGE_BYTES = 1024 * 1024
+"""A result whose images' encoded bytes sum to more is not cached."""
 
 
 def canonical_arguments(arguments: Any) -> str:
@@ -69,6 +73,8 @@ class ResultCache:
         return result
 
     def put(self, tool: str, args: str, result: ToolResult) -> None:
+        if sum(len(im.data or b"") for im in result.images) > MAX_IMAGE_BYTES:
+            return
         expires = self.clock() + self.ttl_s if self.ttl_s is not None else float("inf")
         key = (tool, args)
         self._remember(key, result, expires)

@@ -16,6 +16,7 @@ from PIL import Image as PILImage
 
 from rlfactory.images import MAX_PIXELS, ImageError, image_from_bytes, image_from_value
 from rlfactory.tools import OK, ResultCache, ToolCall, ToolResult, ToolRunner, function_tool
+from rlfactory.tools.cache import MAX_IMAGE_BYTES
 from rlfactory.tools.servers.pictures import COLORS, picture_png
 
 
@@ -48,6 +49,13 @@ def test_the_result_cache_keeps_images_across_restarts(tmp_path):
     cache.close()
     again = ResultCache(path=str(tmp_path / "c.sqlite")).get("t", "{}")
     assert again is not None and again.images == result.images and again.text == result.text
+    # Results heavy with images are not remembered (memory), in memory or on disk.
+    noise = np.random.default_rng(0).integers(0, 256, (700, 700, 3), dtype=np.uint8)
+    heavy = ToolResult("[image image/png]", images=[image_from_value(noise)])
+    assert len(heavy.images[0].data) > MAX_IMAGE_BYTES
+    cache = ResultCache(path=str(tmp_path / "c.sqlite"))
+    cache.put("t", "heavy", heavy)
+    assert cache.get("t", "heavy") is None and ResultCache(path=str(tmp_path / "c.sqlite")).get("t", "heavy") is None
 
 
 @pytest.mark.parametrize("kind", ["pil", "png", "jpeg", "uint8", "float", "gray", "list"])
