@@ -170,7 +170,7 @@ def env_options(cfg) -> dict[str, Any]:
 # ---- (a) training throughput ----
 
 async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
-    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.session import open_rollout
     from rlfactory.train.async_pipeline import AsyncPipeline
     from rlfactory.train.loop import Trainer
     from rlfactory.train.run import load_env_data
@@ -178,7 +178,7 @@ async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
     env = latency_env(env_options(cfg), args.median, args.sigma)
     processor = None
     if scripted:
-        from rlfactory.rollout.build import load_tokenizer
+        from rlfactory.train.session import load_tokenizer
 
         processor = policy(load_tokenizer(cfg.model))
     try:
@@ -243,7 +243,7 @@ def mean(xs):
 
 async def rollout_once(cfg, rows, scripted: bool) -> tuple[float, int, int]:
     from rlfactory.envs.search.env import SearchEnv
-    from rlfactory.rollout.build import load_tokenizer, open_rollout
+    from rlfactory.train.session import load_tokenizer, open_rollout
 
     env = SearchEnv(**env_options(cfg))
     processor = policy(load_tokenizer(cfg.model)) if scripted and cfg.generator.backend == "local" else None

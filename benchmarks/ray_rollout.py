@@ -97,7 +97,7 @@ async def timed(engine: Any, batch: list[dict[str, Any]]) -> tuple[list, float]:
 
 
 async def in_process(args: argparse.Namespace, hangs: str) -> dict[str, Any]:
-    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.session import open_rollout
 
     cfg = run_config(args, hangs, 1)
     async with open_rollout(cfg) as session:

@@ -53,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
 async def evaluate_model(cfg: Any, model: str, split: str, *, n: int = 1, limit: int | None = None,
                          greedy: bool = True) -> dict[str, Any]:
     """Evaluate `model` (HF folder, LoRA adapter folder or tiny spec) on `split` of cfg's env."""
-    from rlfactory.rollout.build import open_rollout
-    from rlfactory.rollout.prepare import command_checks
+    from rlfactory.train.session import open_rollout
+    from rlfactory.train.prepare import command_checks
     from rlfactory.train.evaluate import evaluate
 
     adapter = Path(model) / "adapter_config.json"

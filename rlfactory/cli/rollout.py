@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rlfactory.cli.common import load_run_config
     from rlfactory.rewards.base import score_all
-    from rlfactory.rollout.build import open_rollout
-    from rlfactory.rollout.prepare import command_checks
+    from rlfactory.train.session import open_rollout
+    from rlfactory.train.prepare import command_checks
     from rlfactory.rollout.summary import format_summary, summarize
     from rlfactory.trajectory import write_jsonl
 

@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 async def run_sft(cfg) -> list[dict]:
     """Demonstrations -> fine-tuned model in cfg.sft.out. Returns the per-step metrics."""
-    from rlfactory.rollout.build import open_rollout, pad_id_of
-    from rlfactory.rollout.prepare import command_checks
+    from rlfactory.train.session import open_rollout, pad_id_of
+    from rlfactory.train.prepare import command_checks
     from rlfactory.train.sft import save_model_atomically, sft_train, write_demonstrations
     from rlfactory.train.sft_progress import SftReporter
 
@@ -60,7 +60,7 @@ async def run_sft(cfg) -> list[dict]:
 
 async def _check_warm_start(cfg, session, out: Path, label: str) -> None:
     """The trained model against its demonstrator on held-out rows (sft.check_rows), printed."""
-    from rlfactory.rollout.prepare import split_rows
+    from rlfactory.train.prepare import split_rows
     from rlfactory.train.warm_start import check_warm_start
 
     rows = split_rows(session.env, "test", label)[: cfg.sft.check_rows]

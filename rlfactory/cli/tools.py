@@ -67,8 +67,8 @@ def _has_env(path: str | None) -> bool:
 @contextlib.asynccontextmanager
 async def open_tools(path: str | None, overrides: list[str]) -> AsyncIterator[tuple[Any, set[str]]]:
     """(started ToolRunner, names of the env's own Python tools) for a config, checked as a run
-    checks it (rlfactory/rollout/prepare.py); with an env, its tools join the config's."""
-    from rlfactory.rollout.prepare import build_env, build_runner, env_tools, start_runner
+    checks it (rlfactory/train/prepare.py); with an env, its tools join the config's."""
+    from rlfactory.train.prepare import build_env, build_runner, env_tools, start_runner
 
     env = own = None
     if _has_env(path):

@@ -51,7 +51,7 @@ async def open_ray_rollout(cfg: Any, *, logits_processor: str | None = None, **c
     `module:factory` whose `factory(tokenizer)` every worker installs on its generator (a
     ScriptedPolicy for tests and benchmarks). `checks` (reward_mode, check_splits) go to the
     driver's open_rollout: the env, tools, reward and data are checked before any worker starts."""
-    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.session import open_rollout
     from rlfactory.train.weight_sync import make_weight_sync
 
     require_ray()

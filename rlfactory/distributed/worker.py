@@ -58,7 +58,7 @@ class RolloutWorker:
         """Build the rollout session (model, tokenizer, env, tools through the pool) and load
         `weights` as `version` when given. Returns {"pid", "tools"}."""
         from rlfactory.distributed.tool_pool import pool_connector
-        from rlfactory.rollout.build import open_rollout
+        from rlfactory.train.session import open_rollout
 
         self.session = await self._stack.enter_async_context(
             open_rollout(self.cfg, connect_server=pool_connector(self.pool), load_policy=self.load_policy))

@@ -1,7 +1,10 @@
 """Multi-turn rollouts: generators, the asynchronous engine and the lock-step baseline.
 
-    async with open_rollout(cfg) as session:          # model, tokenizer, ToolManager, tools, env
-        trajs = await session.engine.run(rows, n=8)   # n trajectories per row, reward left None
+    engine = RolloutEngine(generator, tool_manager, runner, env, cfg.rollout, cfg.sampling)
+    trajs = await engine.run(rows, n=8)               # n trajectories per row, reward left None
+
+A whole session (model, tokenizer, ToolManager, tools, env, reward) is assembled from a run's
+config by `rlfactory.train.session.open_rollout`.
 
 Names are imported lazily, so importing one of them does not load the model code. `Trajectory`
 and its parts live in `rlfactory.trajectory` (shared by rewards, envs and the trainer).
@@ -20,8 +23,6 @@ _EXPORTS = {
     "RolloutEngine": "engine",
     "rollout_one": "episode",
     "RolloutObserver": "observer",
-    "open_rollout": "build",
-    "RolloutSession": "build",
     "PromptEnv": "prompt_env",
     "ScriptedPolicy": "scripted",
     "TurnPlan": "scripted",

@@ -40,8 +40,6 @@ from rlfactory.trajectory import Trajectory
 
 log = logging.getLogger("rlfactory.gateway")
 
-AGENT_ENV = "rlfactory.serve.gateway_agents:AgentEnv"
-"""`env.name` of agent runs (`agent` is accepted for it by `rlfactory train`)."""
 
 
 class _KeptOpen(httpx.AsyncBaseTransport):
@@ -250,10 +248,7 @@ async def open_agent_rollout(cfg: Any, *, model: Any = None, tokenizer: Any = No
     from rlfactory.rollout.model_source import check_model_path, load_model, pick_device
     from rlfactory.train.prepare import build_env
 
-    if env is None:
-        if cfg.env.name == "agent":  # the short name, until the env registry lists it
-            cfg = cfg.model_copy(update={"env": cfg.env.model_copy(update={"name": AGENT_ENV})})
-        env = build_env(cfg)
+    env = env if env is not None else build_env(cfg)
     if not isinstance(env, AgentEnv):
         raise ConfigError(f"env.name: {cfg.env.name!r} is not an agent env (use env.name: agent)")
     if model is None or tokenizer is None:

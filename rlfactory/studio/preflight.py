@@ -1,6 +1,6 @@
 """The New run page's deep check: what `rlfactory COMMAND` checks before it loads a model (the env
 built, tools imported and MCP servers started, the reward the command needs, the data rows),
-run by the command's own function (rlfactory.rollout.prepare.check_command) in a subprocess set
+run by the command's own function (rlfactory.train.prepare.check_command) in a subprocess set
 up as a launch is (jobs.py: same working folder, the config's folder importable), so that "valid"
 means the command will get past its checks.
 
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     import asyncio
 
     from rlfactory.config import ConfigError, load_config
-    from rlfactory.rollout.prepare import check_command, command_checks
+    from rlfactory.train.prepare import check_command, command_checks
     from rlfactory.config import RunConfig
 
     command, path = argv

@@ -66,7 +66,7 @@ def bfcl_config(model: str, family: str | None, prompt_style: str, overrides: li
 async def run_bfcl(cfg: Any, categories: list[str], *, limit: int | None = None,
                    logits_processor: Any = None) -> BfclReport:
     """Roll out `categories` (the first `limit` entries of each) with cfg's model and score them."""
-    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.session import open_rollout
     from rlfactory.train.evaluate import sampling_override
 
     style = str(cfg.env.options.get("prompt_style", "tools"))

@@ -45,7 +45,7 @@ from rlfactory.algos.advantages import (
 from rlfactory.openmp import release_pool, released
 from rlfactory.rewards.base import score_all
 from rlfactory.rewards.turns import apply_turn_scores
-from rlfactory.rollout.build import pad_id_of
+from rlfactory.train.session import pad_id_of
 from rlfactory.rollout.engine import failed_trajectories, group_names
 from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, is_weight_stats
@@ -102,7 +102,7 @@ class StepRollout:
 class Trainer:
     """Owns the policy, optimizer and step of one run.
 
-    `session` is an open rollout session (rlfactory.rollout.build.open_rollout, or
+    `session` is an open rollout session (rlfactory.train.session.open_rollout, or
     rlfactory.distributed.open_ray_rollout): its `engine` rolls out, its `model` is the policy
     (trained in place; the local generator samples from it, generation servers and Ray rollout
     workers get its weights after each update through its `weight_sync`), `tokenizer` is saved

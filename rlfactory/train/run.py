@@ -51,9 +51,9 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
                 parallel: Parallel | None = None, restart: bool = False) -> list[dict[str, float]]:
     """`rlfactory train`: run (or continue) the configured training; returns the new steps' metrics.
 
-    The env, tools, reward and data are checked (rlfactory/rollout/prepare.py) before the run
+    The env, tools, reward and data are checked (rlfactory/train/prepare.py) before the run
     directory is written to. `open_session(cfg, **checks)` opens the rollout session (default:
-    rlfactory.rollout.build.open_rollout, everything in this process; `rlfactory train` passes
+    rlfactory.train.session.open_rollout, everything in this process; `rlfactory train` passes
     rlfactory.distributed.open_ray_rollout for `trainer.backend: ray`). `parallel`: this process's
     rank of the FSDP learner under torchrun (every rank calls this; rank 0 writes the run
     directory's files); default one process.
@@ -62,8 +62,8 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
     from, a run directory with logs is refused (history.py). With `resume` and `restart` it
     continues from the last checkpoint when there is one, else starts over. A stop (Ctrl-C,
     SIGINT) writes the checkpoint of the last finished step, whatever trainer.save_every says."""
-    from rlfactory.rollout.build import open_rollout
-    from rlfactory.rollout.prepare import command_checks
+    from rlfactory.train.session import open_rollout
+    from rlfactory.train.prepare import command_checks
 
     parallel = parallel if parallel is not None else SingleProcess()
     pin_threads()

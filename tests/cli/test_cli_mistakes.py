@@ -62,7 +62,7 @@ def scratch(tmp_path, monkeypatch):
     def no_model(*a, **k):
         raise AssertionError("the model was loaded before the mistake was reported")
 
-    monkeypatch.setattr("rlfactory.rollout.build.load_model", no_model)
+    monkeypatch.setattr("rlfactory.train.session.load_model", no_model)
 
     def write(config: str = "", *, answer_key: str = "answer", term: str = "exact_match", env_source: str | None = None):
         module = f"newcomer_env_{next(_names)}"
@@ -307,7 +307,7 @@ def test_a_missing_env_data_file_is_named_before_the_model_loads(scratch, tmp_pa
 
 def test_a_family_that_breaks_the_token_contract_names_the_one_that_works(tiny):
     from rlfactory.config import ConfigError
-    from rlfactory.rollout.build import checked_tool_manager
+    from rlfactory.train.session import checked_tool_manager
     from rlfactory.config import ModelConfig
 
     _, tok = tiny

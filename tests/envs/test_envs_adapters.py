@@ -159,7 +159,7 @@ def test_openenv_env_rolls_out_in_one_session_per_trajectory_and_trains_a_step(t
     from transformers import AutoTokenizer
 
     from rlfactory.config import load_config
-    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.session import open_rollout
     from rlfactory.rollout.scripted import ScriptedPolicy
     from rlfactory.tiny import resolve_model
     from rlfactory.config import RunConfig

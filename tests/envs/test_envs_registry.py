@@ -127,7 +127,7 @@ def test_an_env_that_takes_no_options_refuses_them():
 
 
 def test_one_turn_limit_per_run():
-    from rlfactory.rollout.prepare import resolve_max_turns
+    from rlfactory.train.prepare import resolve_max_turns
 
     cfg = RunConfig.model_validate({"env": {"name": "code", "options": {"max_turns": 2}}})
     env = env_from_config(cfg.env)

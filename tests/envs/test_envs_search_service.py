@@ -12,7 +12,8 @@ import pytest
 from envs_helpers import demo_to_trajectory, score, with_final_answer
 
 from rlfactory.envs import make_env
-from rlfactory.envs.search.mcp_server import format_results, search_sync
+from rlfactory.envs.search.mcp_server import search_sync
+from rlfactory.envs.search.prompts import format_results
 from rlfactory.envs.search.service import RetrieverProcess
 from rlfactory.tools import ToolCall, ToolRunner
 

@@ -60,7 +60,7 @@ def test_rows_are_deterministic_and_test_amounts_never_occur_in_training(units_e
 def test_the_solver_replayed_through_the_real_server_earns_the_whole_reward(units_env):
     from rlfactory.chat.template import ModelTurn
     from rlfactory.cli.common import load_run_config
-    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.session import open_rollout
     from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
     from rlfactory.tools.base import ToolCall
     from rlfactory.train.evaluate import evaluate

@@ -86,7 +86,7 @@ def test_gpu_training_run_stays_on_the_gpu(tmp_path):
     from train_fixtures import run_config
 
     from rlfactory.config import load_config
-    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.session import open_rollout
     from rlfactory.config import RunConfig
     from rlfactory.train.loop import Trainer
 

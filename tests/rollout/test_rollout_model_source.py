@@ -64,7 +64,7 @@ def test_template_options_only_go_to_families_that_take_them():
     from transformers import AutoTokenizer
 
     from rlfactory.chat import Qwen3ToolManager, TemplateToolManager
-    from rlfactory.rollout.build import tool_manager_for
+    from rlfactory.train.session import tool_manager_for
     from rlfactory.tiny import resolve_model
 
     tok = AutoTokenizer.from_pretrained(resolve_model("tiny:1m"))

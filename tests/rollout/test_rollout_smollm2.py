@@ -13,7 +13,7 @@ import torch
 
 from rlfactory.chat import ToolCalls, check_token_contract
 from rlfactory.chat.template_family import TemplateToolManager
-from rlfactory.rollout.build import tool_manager_for
+from rlfactory.train.session import tool_manager_for
 from rlfactory.config import ModelConfig, SamplingConfig
 from rlfactory.rollout.generator import GenRequest
 from rlfactory.rollout.local import LocalGenerator

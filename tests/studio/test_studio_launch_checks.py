@@ -1,5 +1,5 @@
 """The New run page's config check is the chosen command's own (a subprocess running
-rlfactory.rollout.prepare.check_command), Resume asks before it would delete a run's history,
+rlfactory.train.prepare.check_command), Resume asks before it would delete a run's history,
 and launching never writes into an existing run. Real app, real check subprocesses."""
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def test_a_stale_turn_is_weighted_by_the_behaviour_logprobs_hand_computed(tmp_pa
 
 
 async def _steps(cfg, steps, pipeline_k):
-    from rlfactory.rollout.build import open_rollout
+    from rlfactory.train.session import open_rollout
     from rlfactory.train.run import load_env_data
 
     async with open_rollout(cfg, reward_mode="required") as session:

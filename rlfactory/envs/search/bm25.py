@@ -164,7 +164,7 @@ class BM25Corpus:
 
     def search_text(self, query: str, k: int = 3) -> str:
         """The `k` best documents as Search-R1 shows them to the model: `Doc 1(Title: t) text`, a line each."""
-        from rlfactory.envs.search.mcp_server import format_results
+        from rlfactory.envs.search.prompts import format_results
 
         return format_results(self.search(query, k))
 

@@ -19,16 +19,7 @@ from typing import Annotated, Any
 import httpx
 from pydantic import Field
 
-
-def format_results(docs: list[dict[str, Any]]) -> str:
-    """Search-R1's `_passages2string`: the first line of `contents` is the title, the rest the text.
-    `docs` are either `{"document": {...}, "score": s}` items or the documents themselves."""
-    out = []
-    for i, item in enumerate(docs):
-        doc = item.get("document", item)
-        title, _, text = doc.get("contents", "").partition("\n")
-        out.append(f"Doc {i + 1}(Title: {title}) {text}\n")
-    return "".join(out)
+from rlfactory.envs.search.prompts import format_results
 
 
 def retrieve_payload(queries: list[str], topk: int) -> dict[str, Any]:

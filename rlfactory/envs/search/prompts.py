@@ -1,4 +1,5 @@
-"""Prompts of the search env: Search-R1's original template and a tool-calling system prompt."""
+"""Prompts of the search env: Search-R1's original template, a tool-calling system prompt, and how
+search results are shown to the model (`format_results`)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,14 @@ def opening_messages(question: str, family: str, system_prompt: str | None = Non
         return [{"role": "system", "content": system_prompt or SEARCHR1_INSTRUCTION},
                 {"role": "user", "content": f"Question: {question}"}]
     return [{"role": "system", "content": system_prompt or TOOL_SYSTEM_PROMPT}, {"role": "user", "content": question}]
+
+
+def format_results(docs: list[dict[str, Any]]) -> str:
+    """Search-R1's `_passages2string`: the first line of `contents` is the title, the rest the text.
+    `docs` are either `{"document": {...}, "score": s}` items or the documents themselves."""
+    out = []
+    for i, item in enumerate(docs):
+        doc = item.get("document", item)
+        title, _, text = doc.get("contents", "").partition("\n")
+        out.append(f"Doc {i + 1}(Title: {title}) {text}\n")
+    return "".join(out)

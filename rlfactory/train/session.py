@@ -1,7 +1,7 @@
 """Build a ready rollout engine from a RunConfig: `async with open_rollout(cfg) as session: ...`.
 
 Builds the env, starts the ToolRunner (the `tools:` section plus the env's own tools) and builds
-the reward, all checked before anything heavy loads (see rlfactory/rollout/prepare.py); then
+the reward, all checked before anything heavy loads (see rlfactory/train/prepare.py); then
 loads the model and tokenizer (rlfactory/rollout/model_source.py: HF folders, .gguf files,
 `tiny:1m`, `smollm2:135m`) on `model.device` in `model.dtype`, picks the ToolManager family,
 checks its token contract against the tokenizer and wraps the model in a LocalGenerator, or,
@@ -134,7 +134,7 @@ async def open_rollout(
     """A RolloutSession for `cfg` (a rlfactory.config.RunConfig).
 
     The env, the tools (MCP servers started) and the reward are built and checked before the
-    model loads (rlfactory/rollout/prepare.py), so a config mistake costs seconds and one line.
+    model loads (rlfactory/train/prepare.py), so a config mistake costs seconds and one line.
     `session.reward` is the run's reward: the `reward:` section over the env's own; None when
     neither gives one (a ConfigError with `reward_mode="required"`) or with `reward_mode="off"`.
     The rows of `check_splits` are checked against what the reward reads, also before the model
@@ -145,7 +145,7 @@ async def open_rollout(
     `model` is the learner's copy; `load_policy=False` skips loading it (rollouts only).
     `connect_server` reaches the MCP servers (see ToolRunner; default: start them in this process).
     """
-    from rlfactory.rollout.prepare import CommandChecks, build_env, prepare_tools_and_reward, resolve_max_turns
+    from rlfactory.train.prepare import CommandChecks, build_env, prepare_tools_and_reward, resolve_max_turns
 
     gen_cfg = getattr(cfg, "generator", None)
     on_servers = gen_cfg is not None and gen_cfg.backend == "server"

@@ -1,0 +1,133 @@
+"""The layering of ../shared/DESIGN.md ("Packages"), checked on the source: each package imports
+only what its row names, and no two files import each other.
+
+Imports are read with `ast` from every file under rlfactory/, wherever they stand (module level,
+inside a function, under TYPE_CHECKING): a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "rlfactory"
+
+BOTTOM = {"", "config", "trajectory", "protocols", "registry", "imports", "text", "images"}
+"""The bottom of the house: config sections and RunConfig, the Trajectory, the Protocols, the one
+registry and `module:attr` loader, and the small text and image helpers they share ("" is the
+package itself, `rlfactory.__version__`)."""
+
+BOTTOM_MAY_NAME = {("rlfactory.config.run", "rlfactory.algos")}
+"""The one way out of the bottom: `algo.advantage` and `algo.loss` are checked against algos'
+registries when a config is validated (a function-level import; algos is pure functions on torch
+and imports only the bottom itself)."""
+
+FORBIDDEN = {
+    "rollout": {"rewards", "train", "distributed", "integrations", "studio", "cli"},
+    "train": {"distributed", "integrations", "studio", "cli"},
+}
+"""Packages a package never imports (besides `cli`, which nothing imports)."""
+
+ONLY_BOTTOM = {"tools", "algos"}
+"""Packages that import nothing of rlfactory above the bottom (algos: pure functions on torch,
+naming their registries through the bottom's one registry)."""
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@lru_cache(maxsize=1)
+def modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str | None:
+    if node.level == 0:
+        return node.module
+    base = module.split(".")
+    is_package = modules()[module].name == "__init__.py"
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+@lru_cache(maxsize=1)
+def imports() -> dict[str, set[str]]:
+    """Each rlfactory module -> the rlfactory modules it imports (`from pkg import submodule`
+    counts as importing the submodule)."""
+    known = modules()
+    out: dict[str, set[str]] = {}
+    for name, path in known.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                target = _resolve(name, node)
+                if target is None:
+                    continue
+                subs = {f"{target}.{a.name}" for a in node.names} & known.keys()
+                found |= subs if subs else {target}
+        out[name] = {m for m in found if m == "rlfactory" or m.startswith("rlfactory.")} - {name}
+    return out
+
+
+def layer(module: str) -> str:
+    """`rlfactory.rollout.engine` -> rollout; `rlfactory.trajectory` -> trajectory."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _violations(rule, allowed: set[tuple[str, str]] = frozenset(),
+                graph: dict[str, set[str]] | None = None) -> list[str]:
+    graph = imports() if graph is None else graph
+    return sorted(f"{m} imports {t}" for m, targets in graph.items() for t in targets
+                  if rule(layer(m), layer(t)) and (m, t) not in allowed)
+
+
+def test_the_bottom_imports_only_the_bottom():
+    assert _violations(lambda a, b: a in BOTTOM and b not in BOTTOM, BOTTOM_MAY_NAME) == []
+
+
+def test_rollout_and_train_do_not_import_upward():
+    assert _violations(lambda a, b: b in FORBIDDEN.get(a, ())) == []
+
+
+def test_tools_and_algos_import_only_the_bottom():
+    assert _violations(lambda a, b: a in ONLY_BOTTOM and b != a and b not in BOTTOM) == []
+
+
+def test_nothing_imports_the_cli():
+    assert _violations(lambda a, b: b == "cli" and a != "cli") == []
+
+
+def cycles(graph: dict[str, set[str]] | None = None) -> set[tuple[str, str]]:
+    graph = imports() if graph is None else graph
+    return {tuple(sorted((a, b))) for a, targets in graph.items() for b in targets if a in graph.get(b, ())}
+
+
+def test_no_two_files_import_each_other():
+    assert sorted(cycles()) == []
+
+
+def test_the_checks_catch_what_they_forbid():
+    graph = {"rlfactory.rollout.episode": {"rlfactory.rewards.base", "rlfactory.config"},
+             "rlfactory.train.loop": {"rlfactory.train.step"}, "rlfactory.train.step": {"rlfactory.train.loop"}}
+    assert _violations(lambda a, b: b in FORBIDDEN.get(a, ()), graph=graph) == [
+        "rlfactory.rollout.episode imports rlfactory.rewards.base"]
+    assert cycles(graph) == {("rlfactory.train.loop", "rlfactory.train.step")}
+
+
+def test_the_checker_sees_a_lazy_import_and_a_relative_one():
+    """The checker itself: imports inside functions and relative imports are found."""
+    graph = imports()
+    # rlfactory/tools/__init__.py imports its modules lazily by name only; runner imports base
+    assert "rlfactory.tools.base" in graph["rlfactory.tools.runner"]
+    assert layer("rlfactory.envs.search.bm25") == "envs" and layer("rlfactory.trajectory") == "trajectory"
+    tree = ast.parse("def f():\n    from . import base\n")
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
+    assert _resolve("rlfactory.tools.runner", node) == "rlfactory.tools"
