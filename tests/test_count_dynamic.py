@@ -35,6 +35,6 @@ def test_counts_on_a_known_snippet():
 
 
 def test_package_of_names_the_folder_under_rlfactory():
-    assert count_dynamic.package_of("rlfactory/rollout/build.py") == "rollout"
+    assert count_dynamic.package_of("rlfactory/rollout/engine.py") == "rollout"
     assert count_dynamic.package_of("rlfactory/envs/search/bm25.py") == "envs"
     assert count_dynamic.package_of("rlfactory/config.py") == "(top level)"

@@ -239,7 +239,7 @@ class AgentEngine:
 async def open_agent_rollout(cfg: Any, *, model: Any = None, tokenizer: Any = None, env: Any = None,
                              logits_processor: Any = None, reward_mode: str = "optional",
                              check_splits: Sequence[str] = (), **_: Any) -> AsyncIterator[Any]:
-    """A rollout session (rollout.build.RolloutSession) whose engine runs `env.options.agent`
+    """A rollout session (train.session.RolloutSession) whose engine runs `env.options.agent`
     through an in-process gateway on a free loopback port: what `rlfactory train` opens for
     `env.name: agent`. The trainer's `sampling:` applies to every call (the agent's own
     temperature is ignored: the recorded logprobs must be the trainer's)."""
