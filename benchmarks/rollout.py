@@ -57,7 +57,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlfactory.chat import make_tool_manager
 from rlfactory.config import RolloutConfig, SamplingConfig, ToolsConfig
 from rlfactory.rollout.engine import RolloutEngine
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.prompt_env import PromptEnv
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan

@@ -113,7 +113,7 @@ def tiny():
 
 
 def generator() -> dict[str, int]:
-    from rlfactory.rollout.generator import GenRequest
+    from rlfactory.protocols import GenRequest
     from rlfactory.rollout.local import LocalGenerator
 
     model, tok = tiny()

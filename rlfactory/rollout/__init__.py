@@ -7,7 +7,8 @@ A whole session (model, tokenizer, ToolManager, tools, env, reward) is assembled
 config by `rlfactory.train.session.open_rollout`.
 
 Names are imported lazily, so importing one of them does not load the model code. `Trajectory`
-and its parts live in `rlfactory.trajectory` (shared by rewards, envs and the trainer).
+and its parts live in `rlfactory.trajectory`, the `Generator` contract (`GenRequest`, `GenResult`)
+in `rlfactory.protocols`: both are shared by every layer.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "GenRequest": "generator",
-    "GenResult": "generator",
-    "Generator": "generator",
     "LocalGenerator": "local",
     "RolloutEngine": "engine",
     "rollout_one": "episode",

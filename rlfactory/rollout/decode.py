@@ -32,7 +32,7 @@ import torch
 from rlfactory.passes import plan_micro_batches
 from rlfactory.rollout.attention_masks import MaskPlan, mask_plan
 from rlfactory.rollout.decode_graph import StaticDecode, static_mask_plan
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.kv_cache import RowKV, SlotCache, cache_kwarg, cache_of_rows, new_cache, take_row
 from rlfactory.rollout.sampling import RowSampling, sample, seeded_uniforms
 

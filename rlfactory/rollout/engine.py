@@ -25,7 +25,7 @@ from rlfactory.chat.vision import Rendered, render_prompt
 from rlfactory.envs.base import Env, missing_members
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.episode import Setup, rollout_one
-from rlfactory.rollout.generator import GenRequest, GenResult, Generator
+from rlfactory.protocols import GenRequest, GenResult, Generator
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.rollout.sampling import mix_seed
 from rlfactory.tools.base import ToolResult, ToolSpec

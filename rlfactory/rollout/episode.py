@@ -44,7 +44,7 @@ from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls, ToolM
 from rlfactory.chat.vision import Rendered, VisionToolManager, render_observation
 from rlfactory.envs.base import Env
 from rlfactory.config import RolloutConfig, SamplingConfig
-from rlfactory.rollout.generator import GenerationUnavailable, GenRequest, GenResult, Generator
+from rlfactory.protocols import GenerationUnavailable, GenRequest, GenResult, Generator
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.rollout.sampling import mix_seed
 from rlfactory.images import Image

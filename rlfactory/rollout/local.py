@@ -27,7 +27,7 @@ from rlfactory.openmp import release_pool
 from rlfactory.rollout.attention_masks import mask_plan
 from rlfactory.rollout.decode import DecodeLoop, Row
 from rlfactory.rollout.decode_graph import StaticDecode
-from rlfactory.rollout.generator import GenRequest, GenResult, generate_all
+from rlfactory.protocols import GenRequest, GenResult, generate_all
 
 
 class LocalGenerator:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from rlfactory.rollout.generator import GenRequest, GenResult
+from rlfactory.protocols import GenRequest, GenResult
 from rlfactory.tools.base import ToolCall, ToolResult
 from rlfactory.trajectory import Trajectory
 

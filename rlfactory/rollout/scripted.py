@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 
 
 @dataclass

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 
 Api = Literal["vllm", "sglang"]
 PATHS: dict[str, str] = {"vllm": "/v1/completions", "sglang": "/generate"}

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from rlfactory.rollout.generator import GenerationUnavailable, GenRequest, GenResult, generate_all
+from rlfactory.protocols import GenerationUnavailable, GenRequest, GenResult, generate_all
 from rlfactory.rollout.server_api import PATHS, Api, MalformedResponse, build_request, parse_response
 from rlfactory.rollout.versioned import TurnGate
 

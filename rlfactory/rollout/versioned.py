@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from rlfactory.openmp import released
-from rlfactory.rollout.generator import GenRequest, GenResult, generate_all
+from rlfactory.protocols import GenRequest, GenResult, generate_all
 
 
 class TurnGate:

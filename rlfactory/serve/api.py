@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.generator import GenRequest, GenResult
+from rlfactory.protocols import GenRequest, GenResult
 
 
 class BadRequest(ValueError):

@@ -43,7 +43,7 @@ from starlette.routing import Route
 from rlfactory.chat.base import ToolCalls
 from rlfactory.config import SamplingConfig
 from rlfactory.rollout.episode import parse_turn, turn_text
-from rlfactory.rollout.generator import GenRequest, GenResult, GenerationUnavailable, Generator
+from rlfactory.protocols import GenRequest, GenResult, GenerationUnavailable, Generator
 from rlfactory.rollout.sampling import mix_seed
 from rlfactory.serve.gateway_api import (BadRequest, ChatRequest, completion, error_body, make_choice, parse_chat,
                                          stream_chunks)

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rlfactory.rollout.generator import GenResult
+from rlfactory.protocols import GenResult
 from rlfactory.tools.base import ToolCall
 from rlfactory.trajectory import Segment, Status, ToolCallRecord, Trajectory
 

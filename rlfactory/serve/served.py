@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from rlfactory.rollout.generator import GenRequest, GenResult
+from rlfactory.protocols import GenRequest, GenResult
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.versioned import VersionedGenerator
 from rlfactory.rollout.weights import load_safetensors_folder, load_weights

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from rlfactory.rollout.generator import GenRequest, GenResult
+    from rlfactory.protocols import GenRequest, GenResult
     from rlfactory.rollout.observer import RolloutObserver
     from rlfactory.tools.base import ToolCall, ToolResult
     from rlfactory.trajectory import Trajectory

@@ -22,7 +22,7 @@ from rlfactory.chat.template import ModelTurn
 from rlfactory.chat.vision import DROPPED_NOTE
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
-from rlfactory.rollout.generator import GenRequest, GenResult
+from rlfactory.protocols import GenRequest, GenResult
 from rlfactory.tiny.vl import make_tiny_vl_model
 from rlfactory.tools import ToolCall, ToolResult, ToolRunner
 from rlfactory.tools.servers.pictures import picture_png

@@ -12,7 +12,7 @@ import pytest
 from verl_fakes import TokenOutput
 
 from rlfactory.integrations.verl.generator import GenerationAborted, VerlGenerator, finish_of
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 
 VERL_SAMPLING = dict(temperature=0.7, top_p=0.9, top_k=-1, repetition_penalty=1.0, logprobs=True)
 

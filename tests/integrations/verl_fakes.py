@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
 

@@ -13,7 +13,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rlfactory.chat.base import Answer, Malformed, ToolCalls
 from rlfactory.envs.base import Env
-from rlfactory.rollout.generator import GenRequest, GenResult
+from rlfactory.protocols import GenRequest, GenResult
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 
 EOT = 256  # end of turn

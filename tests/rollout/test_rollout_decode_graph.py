@@ -14,7 +14,7 @@ from rollout_fakes import one_torch_thread, tiny_random_lm
 
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.decode_graph import StaticDecode, static_mask_plan
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.sampling import RowSampling, sample
 

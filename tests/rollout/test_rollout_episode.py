@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from rollout_fakes import EOT, CharToolManager, FakeRunner, RowsEnv, ScriptedGenerator
 
-from rlfactory.rollout.generator import GenResult
+from rlfactory.protocols import GenResult
 
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine

@@ -12,7 +12,7 @@ import torch
 from rollout_fakes import tiny_random_lm
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

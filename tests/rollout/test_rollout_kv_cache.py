@@ -11,7 +11,7 @@ from rollout_fakes import one_torch_thread, tiny_random_lm
 from transformers import Qwen3ForCausalLM
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.kv_cache import SlotCache, cache_kwarg
 from rlfactory.rollout.local import LocalGenerator
 

@@ -12,7 +12,7 @@ from rollout_fakes import CharTokenizer, one_torch_thread, tiny_random_lm
 
 from rlfactory.config import SamplingConfig
 from rlfactory.rollout.decode import prefill_groups
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 
 GREEDY = SamplingConfig(greedy=True)

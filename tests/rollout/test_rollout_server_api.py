@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.server_api import MalformedResponse, build_request, parse_response
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -14,7 +14,7 @@ from rollout_fakes import EOT, CharToolManager, FakeRunner, RowsEnv
 
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
-from rlfactory.rollout.generator import GenerationUnavailable, GenRequest
+from rlfactory.protocols import GenerationUnavailable, GenRequest
 from rlfactory.rollout.server_generator import ServerGenerator
 
 IM_END = 151645

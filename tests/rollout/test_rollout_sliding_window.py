@@ -13,7 +13,7 @@ from rollout_fakes import one_torch_thread, tiny_random_lm
 
 from rlfactory.rollout.attention_masks import layer_kinds, mask_plan
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 
 GREEDY = SamplingConfig(greedy=True)

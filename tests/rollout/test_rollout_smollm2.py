@@ -15,7 +15,7 @@ from rlfactory.chat import ToolCalls, check_token_contract
 from rlfactory.chat.template_family import TemplateToolManager
 from rlfactory.train.session import tool_manager_for
 from rlfactory.config import ModelConfig, SamplingConfig
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.model_source import load_model
 from rlfactory.tools.base import ToolSpec

@@ -11,7 +11,7 @@ import torch
 from rollout_fakes import one_torch_thread, tiny_random_lm
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.versioned import VersionedGenerator
 
@@ -83,7 +83,7 @@ def test_a_turn_woken_by_one_update_waits_for_the_next_update_that_began_before_
     """Back-to-back updates from one task (the second closes the gate again before the turns the
     first release woke have run): a waiting turn must not be generated while the second update
     loads its weights; it is generated after it, by the new version."""
-    from rlfactory.rollout.generator import GenResult
+    from rlfactory.protocols import GenResult
 
     class Recorder:
         def __init__(self) -> None:

@@ -9,7 +9,7 @@ import math
 import torch
 
 from rlfactory.algos.advantages import get_advantage
-from rlfactory.rollout.generator import GenResult
+from rlfactory.protocols import GenResult
 from rlfactory.serve.gateway_record import Episode
 from rlfactory.train.episodes import episode_advantages, episode_firsts
 from rlfactory.trajectory import Trajectory

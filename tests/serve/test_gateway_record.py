@@ -5,7 +5,7 @@ choices fork without training a token twice, and every sample carries the episod
 
 from __future__ import annotations
 
-from rlfactory.rollout.generator import GenResult
+from rlfactory.protocols import GenResult
 from rlfactory.serve.gateway_record import BY_AGENT, Episode, first_difference
 from rlfactory.tools.base import ToolCall
 

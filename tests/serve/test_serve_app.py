@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.generator import GenRequest
+from rlfactory.protocols import GenRequest
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.server_generator import ServerGenerator
 from rlfactory.serve.app import build_app

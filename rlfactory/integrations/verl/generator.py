@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any, Protocol
 
-from rlfactory.rollout.generator import GenRequest, GenResult, generate_all
+from rlfactory.protocols import GenRequest, GenResult, generate_all
 
 
 class ServerManager(Protocol):
