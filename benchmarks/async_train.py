@@ -171,7 +171,6 @@ def env_options(cfg) -> dict[str, Any]:
 
 async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
     from rlfactory.train.session import open_rollout
-    from rlfactory.train.async_pipeline import AsyncPipeline
     from rlfactory.train.loop import Trainer
     from rlfactory.train.run import load_env_data
 
@@ -184,7 +183,7 @@ async def train_run(args, cfg, scripted: bool) -> dict[str, Any]:
     try:
         async with open_rollout(cfg, env=env, logits_processor=processor, reward_mode="required") as session:
             trainer = Trainer(cfg, session, session.reward, load_env_data(env, "train"))
-            pipeline = AsyncPipeline(trainer, cfg.trainer.max_staleness)
+            _, pipeline = trainer.pipelined()
             history, ends = [], []
             used0 = cpu_used()
             t0 = time.perf_counter()

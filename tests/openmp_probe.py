@@ -153,22 +153,22 @@ def update(k: int) -> dict[str, int]:
 
     trajs = [make_traj([("prompt", [1, 2]), ("model", [3, 4])], f"g{i // 2}", f"t{i}", -0.5) for i in range(4)]
     trainer = _trainer(Path(tempfile.mkdtemp()), trajs, max_staleness=k)
-    learn = trainer._learn
+    learn = trainer.learner.learn
 
     def learn_in_parallel(*args):
         torch.ones(4_000_000).mul_(2)  # a parallel region in the training thread, whatever the model's size
         return learn(*args)
 
-    trainer._learn = learn_in_parallel
+    trainer.learner.learn = learn_in_parallel
 
     async def go():
         torch.set_num_threads(2)
         release_pool()
         base = pool_threads()
-        rollout = await trainer.roll_out(1, sync_weights=False)
+        rollout = await trainer.steps.roll_out(1, sync_weights=False)
         with ThreadPoolExecutor(1, initializer=learner_thread, initargs=(2,)) as learner:
-            metrics, _ = await trainer.learn(1, rollout, executor=learner if k else None)
-            return {"base": base, "after": settled(base), "version": trainer.version,  # the learner's thread alive
+            metrics, _ = await trainer.steps.learn(1, rollout, executor=learner if k else None)
+            return {"base": base, "after": settled(base), "version": trainer.progress.version,  # the learner's thread alive
                     "kept": int(metrics["batch/kept"])}
 
     return asyncio.run(go())

@@ -1,7 +1,7 @@
 """The trainer: roll out, score, compute advantages, update the policy, log, checkpoint.
 
 `train(cfg, resume)` runs `rlfactory train`; `evaluate(engine, reward, rows)` runs a split;
-`Trainer` holds one run's policy, optimizer and step (rlfactory/train/loop.py reads top to bottom).
+`Trainer` runs one run's steps (rlfactory/train/loop.py); one step reads top to bottom in step.py.
 """
 
 __all__ = ["Trainer", "train", "evaluate"]

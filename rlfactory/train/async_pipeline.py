@@ -22,7 +22,7 @@ A trajectory whose turns span an update keeps each segment's own version (a part
 
 Staleness. Training step s trains version s-1; a model segment sampled by version v is s-1-v
 versions stale. A trajectory is trained on only if every model segment is at most k stale; the
-others are dropped (`async/dropped_stale`; with this schedule that happens only when a generator
+others are dropped (staleness.py; `async/dropped_stale`; with this schedule that happens only when a generator
 lags, e.g. a server whose weight sync failed). The loss corrects for the sampling policy with the
 sampler's logprobs (algo.tis_cap; rlfactory/algos/losses.py `truncated_is_weights`).
 
@@ -40,10 +40,9 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Awaitable, Callable
 
 import torch
 from torch import nn
@@ -52,43 +51,6 @@ from rlfactory.openmp import release_pool
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.versioned import VersionedGenerator
 from rlfactory.trajectory import Trajectory
-
-if TYPE_CHECKING:
-    from rlfactory.train.loop import Trainer
-
-
-def staleness_of(traj: Trajectory, version: int) -> int:
-    """How many versions the trajectory's oldest model segment is behind `version` (0 without any
-    model segment; a segment without a recorded version counts as current)."""
-    return max((version - s.policy_version for s in traj.segments
-                if s.role == "model" and s.policy_version is not None), default=0)
-
-
-def fresh_mask(trajs: Sequence[Trajectory], version: int, max_staleness: int) -> tuple[torch.Tensor, dict[str, float]]:
-    """fresh [B] bool (every model segment at most `max_staleness` behind `version`) and metrics:
-    async/dropped_stale (trajectories not fresh), async/staleness_mean and async/staleness_max (over
-    model segments), async/trajs_staleness_<n> (trajectories whose oldest segment is n behind)."""
-    worst = [staleness_of(t, version) for t in trajs]
-    fresh = torch.tensor([w <= max_staleness for w in worst], dtype=torch.bool)
-    segs = [version - s.policy_version for t in trajs for s in t.segments
-            if s.role == "model" and s.policy_version is not None]
-    out = {"async/dropped_stale": float((~fresh).sum()),
-           "async/staleness_mean": sum(segs) / len(segs) if segs else 0.0,
-           "async/staleness_max": float(max(segs, default=0))}
-    for n, count in sorted(Counter(worst).items()):
-        out[f"async/trajs_staleness_{n}"] = float(count)
-    return fresh, out
-
-
-def is_weight_stats(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, cap: float) -> dict[str, float]:
-    """async/is_weight_mean, async/is_weight_max (before truncation) and async/is_clipped_frac
-    (tokens whose weight pi_old / pi_behaviour exceeded `cap`), over mask; shapes [B, T]."""
-    m = mask.bool()
-    if not m.any():
-        return {"async/is_weight_mean": 1.0, "async/is_weight_max": 1.0, "async/is_clipped_frac": 0.0}
-    w = torch.exp((old_logp.detach().float() - sampler_logp.float()).clamp(-20.0, 20.0))[m]
-    return {"async/is_weight_mean": float(w.clamp(max=cap).mean()), "async/is_weight_max": float(w.max()),
-            "async/is_clipped_frac": float((w > cap).float().mean())}
 
 
 @dataclass(frozen=True)
@@ -226,68 +188,97 @@ class LocalWeightSync:
         self._pending = []
 
 
-class AsyncPipeline:
-    """Runs the trainer's steps with the rollouts of up to `max_staleness` later steps in flight
-    (see the module doc). `step(s)` returns what `Trainer.step(s)` does, plus async/* metrics."""
+@dataclass
+class OffPolicyGeneration:
+    """How generation runs beside the learner in asynchronous training (`off_policy_generation`)."""
 
-    def __init__(self, trainer: "Trainer", max_staleness: int) -> None:
-        self.trainer = trainer
-        self.k = int(max_staleness)
+    generator: Any
+    """What the engine generates with: the session's, or (local generator) a VersionedGenerator
+    on a copy of the policy."""
+    weight_sync: Any
+    """Gives the generators each new version: the session's, or a LocalWeightSync (None: none needed)."""
+    learner_threads: int
+    """The learner's torch threads."""
+    local: LocalGenerator | None = None
+    """The local generator on a CPU whose threads are shared with the learner (None: not shared)."""
+    generator_threads: int | None = None
+    """The local generator's torch threads while the learner trains (None: unchanged); it has the
+    process's while the learner waits for a rollout."""
+    shared: SharedCores | None = None
+    """Switches the learner's threads while the generator generates (CPU only)."""
+
+
+def off_policy_generation(generator: Any, weight_sync: Any, policy: nn.Module, version: int, max_staleness: int,
+                          world_size: int = 1, learner_threads: int | None = None,
+                          generator_threads: int | None = None) -> OffPolicyGeneration:
+    """Set up generation for `max_staleness` (k): k = 0 changes nothing; k >= 1 with the local
+    generator has it sample from a copy of the policy (LocalWeightSync, see the module doc) and,
+    on the CPU, split the cores between it and the learner (`split_threads`); with generation
+    servers `weight_sync` must exist. Raises ValueError for what k >= 1 does not support."""
+    threads = torch.get_num_threads()
+    if max_staleness == 0:
+        return OffPolicyGeneration(generator, weight_sync, threads)
+    if world_size > 1:
+        raise ValueError("trainer.max_staleness >= 1 is not supported with the FSDP learner (torchrun) yet")
+    if not isinstance(generator, LocalGenerator):
+        if weight_sync is None:
+            raise ValueError("trainer.max_staleness >= 1 needs the generators to get each new version: "
+                             "generator.weight_sync is none")
+        return OffPolicyGeneration(generator, weight_sync, threads)
+    local = LocalWeightSync(generator, version)
+    if generator.device.type != "cpu":
+        return OffPolicyGeneration(local.versioned, local, threads)
+    split = split_threads(learner_threads, generator_threads)  # learning and generation share the cores
+    return OffPolicyGeneration(local.versioned, local, split.learner, generator, split.generator,
+                               SharedCores(policy, generator, split.learner, split.learner_shared))
+
+
+class AsyncPipeline:
+    """Runs training steps with the rollouts of up to `max_staleness` later steps in flight (see
+    the module doc): `roll_out(s, sync_weights)` and `learn(s, rollout, executor)` are one step's
+    two halves (step.py's TrainingStep), `steps` the run's last step, `generation` what
+    `off_policy_generation` set up. `step(s)` returns what `learn` does, plus async/* metrics.
+    max_staleness 0 is the synchronous loop: each step rolls out, then learns on the event loop."""
+
+    def __init__(self, roll_out: Callable[[int, bool], Awaitable[Any]],
+                 learn: Callable[[int, Any, Executor | None], Awaitable[tuple[dict[str, float], list[Trajectory]]]],
+                 steps: int, max_staleness: int, generation: OffPolicyGeneration, policy: nn.Module,
+                 version: Callable[[], int]) -> None:
+        self.roll_out, self.learn, self.steps, self.k = roll_out, learn, steps, int(max_staleness)
+        self.generation, self.policy, self.version = generation, policy, version
         self.rollouts: dict[int, asyncio.Task] = {}
         self._synced = False
-        self.local: LocalWeightSync | None = None
-        self.generator_threads: int | None = None
-        """The local generator's torch threads while the learner trains (None: unchanged); it
-        has the process's while the learner waits for a rollout."""
-        self.shared: SharedCores | None = None
-        learner_threads = torch.get_num_threads()
-        if self.k > 0 and trainer.parallel.world_size > 1:
-            raise ValueError("trainer.max_staleness >= 1 is not supported with the FSDP learner (torchrun) yet")
-        if self.k > 0:
-            gen = trainer.session.generator
-            if isinstance(gen, LocalGenerator):
-                self.local = LocalWeightSync(gen, trainer.version)
-                if gen.device.type == "cpu":  # learning and generation share the cores
-                    split = split_threads(trainer.cfg.trainer.learner_threads, trainer.cfg.trainer.generator_threads)
-                    learner_threads, self.generator_threads = split.learner, split.generator
-                    self.shared = SharedCores(trainer.policy, gen, split.learner, split.learner_shared)
-                trainer.engine.generator = self.local.versioned
-                trainer.weight_sync = self.local
-            elif trainer.weight_sync is None:
-                raise ValueError("trainer.max_staleness >= 1 needs the generators to get each new version: "
-                                 "generator.weight_sync is none")
-        self.learner_threads = learner_threads
-        self.learner = (ThreadPoolExecutor(1, "rlfactory-learn", initializer=learner_thread, initargs=(learner_threads,))
+        threads = generation.learner_threads
+        self.learner = (ThreadPoolExecutor(1, "rlfactory-learn", initializer=learner_thread, initargs=(threads,))
                         if self.k > 0 else None)
         """The learner's own thread (k >= 1): the event loop keeps rolling out while it trains."""
 
     async def step(self, step: int) -> tuple[dict[str, float], list[Trajectory]]:
-        t = self.trainer
-        if not self._synced and t.weight_sync is not None:
-            await t.weight_sync.ensure(t.policy, t.version)  # before anything reads the weights concurrently
+        gen = self.generation
+        if not self._synced and self.k > 0 and gen.weight_sync is not None:
+            await gen.weight_sync.ensure(self.policy, self.version())  # before anything reads the weights concurrently
         self._synced = True
         t0 = time.perf_counter()
         # Steps step..step+k (the version the learner holds allows them): after the first step only
         # step+k is new; an empty pipeline (the first step, a resume) starts them all.
-        self._start(*range(step, min(step + self.k, t.cfg.trainer.steps) + 1))
+        self._start(*range(step, min(step + self.k, self.steps) + 1))
         rollout = await self.rollouts.pop(step)
         waited = time.perf_counter() - t0
-        gen = self.local.versioned.generator if self.local is not None else None
-        if gen is not None and self.generator_threads is not None:
-            gen.threads = self.generator_threads  # share the cores with the learner ...
+        if gen.local is not None and gen.generator_threads is not None:
+            gen.local.threads = gen.generator_threads  # share the cores with the learner ...
         try:
-            metrics, trajs = await t.learn(step, rollout, executor=self.learner)
+            metrics, trajs = await self.learn(step, rollout, self.learner)
         finally:
-            if gen is not None:
-                gen.threads = None  # ... and take them all back while it waits
+            if gen.local is not None:
+                gen.local.threads = None  # ... and take them all back while it waits
         if self.k > 0:
             metrics["time/wait_rollout_s"] = waited
-            metrics["async/learner_threads"] = float(self.learner_threads)
-            if self.generator_threads is not None:
-                metrics["async/generator_threads"] = float(self.generator_threads)
-            if self.shared is not None:
-                metrics["async/learner_threads_shared"] = float(self.shared.shared)
-                metrics["async/learner_thread_switches"] = float(self.shared.take_switches())
+            metrics["async/learner_threads"] = float(gen.learner_threads)
+            if gen.generator_threads is not None:
+                metrics["async/generator_threads"] = float(gen.generator_threads)
+            if gen.shared is not None:
+                metrics["async/learner_threads_shared"] = float(gen.shared.shared)
+                metrics["async/learner_thread_switches"] = float(gen.shared.take_switches())
         return metrics, trajs
 
     def _start(self, *steps: int) -> None:
@@ -295,18 +286,18 @@ class AsyncPipeline:
         learner may be writing the weights)."""
         for s in steps:
             if s not in self.rollouts:
-                self.rollouts[s] = asyncio.ensure_future(self.trainer.roll_out(s, sync_weights=self.k == 0))
+                self.rollouts[s] = asyncio.ensure_future(self.roll_out(s, self.k == 0))
 
     async def close(self) -> None:
         """Cancel the rollouts still in flight (they are not checkpointed; see the module doc)."""
         if self.learner is not None:
             self.learner.shutdown(wait=False)
-        if self.shared is not None:
-            self.shared.close()
+        if self.generation.shared is not None:
+            self.generation.shared.close()
         tasks = list(self.rollouts.values())
         self.rollouts.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self.local is not None:
-            await self.local.close()
+        if isinstance(self.generation.weight_sync, LocalWeightSync):
+            await self.generation.weight_sync.close()

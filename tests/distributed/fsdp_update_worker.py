@@ -1,4 +1,4 @@
-"""Run under torchrun by test_distributed_fsdp.py: one training step's learning (`Trainer._learn`)
+"""Run under torchrun by test_distributed_fsdp.py: one training step's learning (`Learner.learn`)
 on a hand-built batch, once in this process alone and once by the FSDP2 learner over all ranks
 (gloo on CPU; nccl on this rank's GPU when CUDA is available);
 rank 0 writes how far apart the two are (weights, metrics, annotations) to the JSON file argv[1].
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -21,8 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 from train_fixtures import make_traj, tiny_qwen3  # noqa: E402
 
 from rlfactory.distributed.fsdp import FsdpLearner  # noqa: E402
+from rlfactory.train.session import pad_id_of  # noqa: E402
 from rlfactory.config import RunConfig  # noqa: E402
-from rlfactory.train.loop import Trainer, _reward_tensors  # noqa: E402
+from rlfactory.train.learner import Learner  # noqa: E402
+from rlfactory.train.parallel import SingleProcess  # noqa: E402
+from rlfactory.train.step import reward_tensors  # noqa: E402
 
 CASES = {
     "token-mean, minibatches, micro 1, 2 epochs, kl, entropy": dict(
@@ -54,18 +56,17 @@ def batch():
 def learn(algo: dict, device: str, parallel=None):
     cfg = RunConfig.model_validate({"algo": {"group_size": 2, **algo}, "trainer": {"lr": 1e-2, "prompts_per_step": 2}})
     model = tiny_qwen3(seed=0).to(device)
-    session = SimpleNamespace(engine=None, model=model, tokenizer=None, generator=None)
-    trainer = Trainer(cfg, session, reward=None, train_rows=[{}], parallel=parallel)
+    learner = Learner(cfg, model, pad_id_of(None, model), parallel if parallel is not None else SingleProcess())
     trajs, owners = batch()
     owners = [min(o, parallel.world_size - 1) if parallel is not None else 0 for o in owners]
     owners_t = torch.tensor(owners)
-    rewards, groups, valid = _reward_tensors(trajs)
+    rewards, groups, valid = reward_tensors(trajs)
     keep = valid.clone()
-    metrics = trainer._learn(1, trajs, owners_t, rewards, groups, valid, keep)
+    metrics = learner.learn(1, trajs, owners_t, rewards, groups, valid, keep).metrics
     if parallel is not None:
-        parallel.sync_replica(trainer.policy, trainer.replica)
+        parallel.sync_replica(learner.policy, learner.replica)
         trajs = [t for t, o in zip(trajs, owners) if o == parallel.rank]
-    weights = {k: v.detach().cpu().clone() for k, v in trainer.replica.state_dict().items()}
+    weights = {k: v.detach().cpu().clone() for k, v in learner.replica.state_dict().items()}
     notes = {t.id: (t.advantage, [x for s in t.segments if s.role == "model" for x in (s.trainer_logprobs or [])])
              for t in trajs if t.reward is not None}
     return metrics, weights, notes

@@ -16,7 +16,7 @@ from train_fixtures import run_config  # noqa: E402
 
 from rlfactory.cli.main import main  # noqa: E402
 from rlfactory.rollout.engine import group_names  # noqa: E402
-from rlfactory.train.loop import _rename_groups  # noqa: E402
+from rlfactory.train.step import rename_groups  # noqa: E402
 from rlfactory.train.parallel import RowLayout  # noqa: E402
 from rlfactory.trajectory import Trajectory  # noqa: E402
 
@@ -96,5 +96,5 @@ def test_ranks_name_groups_as_one_process_would():
     names = group_names(rows)
     assert names == ["a", "1", "a#2", "3"]
     trajs = [Trajectory(id=f"x-{k}", group="0") for k in range(4)]  # rank 1's engine names its rows 0, 1
-    _rename_groups(trajs, names[2:], group_size=2)
+    rename_groups(trajs, names[2:], group_size=2)
     assert [(t.group, t.id) for t in trajs] == [("a#2", "a#2-0"), ("a#2", "a#2-1"), ("3", "3-0"), ("3", "3-1")]

@@ -103,8 +103,9 @@ def test_gpu_training_run_stays_on_the_gpu(tmp_path):
             return trainer, metrics
 
     trainer, metrics = asyncio.run(one_step())
-    assert trainer.device.type == "cuda"
-    assert all(p.device.type == "cuda" for p in trainer.policy.parameters())
-    assert all(p.device.type == "cuda" for p in trainer.reference.copy.parameters())
-    assert next(trainer.policy.parameters()).dtype == torch.bfloat16
+    learner = trainer.learner
+    assert learner.device.type == "cuda"
+    assert all(p.device.type == "cuda" for p in learner.policy.parameters())
+    assert all(p.device.type == "cuda" for p in learner.reference.copy.parameters())
+    assert next(learner.policy.parameters()).dtype == torch.bfloat16
     assert torch.isfinite(torch.tensor(metrics["loss/total"]))

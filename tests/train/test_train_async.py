@@ -16,7 +16,8 @@ import torch
 from rlfactory.cli.main import main
 from rlfactory.config import RunConfig, load_config
 from rlfactory.rewards.rule import RuleReward
-from rlfactory.train.async_pipeline import AsyncPipeline, fresh_mask, split_threads, staleness_of
+from rlfactory.train.async_pipeline import AsyncPipeline, OffPolicyGeneration, split_threads
+from rlfactory.train.staleness import fresh_mask, staleness_of
 from rlfactory.train.loop import Trainer
 from rlfactory.train.runlog import read_metrics
 from train_fixtures import make_traj, run_config, tiny_qwen3
@@ -72,7 +73,7 @@ def test_stale_trajectories_beyond_k_are_dropped_and_counted(tmp_path):
         _versioned([prompt, ("model", [4, 3])], [2], "g1", "d", -1.0),
     ]
     trainer = _trainer(tmp_path, trajs, max_staleness=1)
-    trainer.version = 2
+    trainer.progress.version = 2
     metrics, out = asyncio.run(trainer.step(1))
     assert metrics["async/dropped_stale"] == 1 and metrics["batch/kept"] == 3
     assert metrics["async/trajs_staleness_0"] == 2 and metrics["async/trajs_staleness_1"] == 1
@@ -94,7 +95,7 @@ def _is_case(tmp_path, max_staleness):
     tmp_path.mkdir()
     trainer = _trainer(tmp_path, trajs, max_staleness=max_staleness, prompts_per_step=1)
     trainer.cfg.algo.tis_cap = 2.0
-    trainer.version = max_staleness
+    trainer.progress.version = max_staleness
     return asyncio.run(trainer.step(1))
 
 
@@ -131,14 +132,15 @@ async def _steps(cfg, steps, pipeline_k):
 
     async with open_rollout(cfg, reward_mode="required") as session:
         trainer = Trainer(cfg, session, session.reward, load_env_data(session.env, "train"))
-        pipeline = AsyncPipeline(trainer, pipeline_k) if pipeline_k is not None else None
+        assert pipeline_k in (None, cfg.trainer.max_staleness)
+        pipeline = trainer.pipelined()[1] if pipeline_k is not None else None
         history = []
         for s in range(1, steps + 1):
             metrics, _ = await (pipeline.step(s) if pipeline is not None else trainer.step(s))
             history.append({k: v for k, v in metrics.items() if not k.startswith(TIMING)})
         if pipeline is not None:
             await pipeline.close()
-        return history, [p.detach().clone() for p in trainer.policy.parameters()]
+        return history, [p.detach().clone() for p in trainer.learner.policy.parameters()]
 
 
 def test_staleness_zero_equals_the_synchronous_trainer_exactly(tmp_path):
@@ -157,13 +159,10 @@ def test_an_empty_pipeline_starts_every_rollout_the_first_version_allows(tmp_pat
     """Step s may be rolled out once the learner holds version s-1-k, so with version 0 the
     rollouts of steps 1..k+1 start at once (the later ones' generation runs while the first one
     waits for its tools, not beside the first update); step s's update then starts step s+k+1's."""
-    trainer = _trainer(tmp_path, [], max_staleness=k, steps=steps)
-
     class Synced:
         async def ensure(self, policy, version):
             return {}
 
-    trainer.weight_sync = Synced()
     started, gates = [], {}
 
     async def roll_out(step, sync_weights=True):
@@ -177,8 +176,8 @@ def test_an_empty_pipeline_starts_every_rollout_the_first_version_allows(tmp_pat
         assert rollout == f"rollout {step}"
         return {}, []
 
-    trainer.roll_out, trainer.learn = roll_out, learn
-    pipe = AsyncPipeline(trainer, k)
+    pipe = AsyncPipeline(roll_out, learn, steps, k, OffPolicyGeneration(None, Synced(), learner_threads=1),
+                         policy=torch.nn.Linear(1, 1), version=lambda: 0)
 
     async def run():
         first_step = asyncio.ensure_future(pipe.step(1))
@@ -406,7 +405,7 @@ def test_synchronous_steps_free_the_generators_cache_before_training_and_async_o
     trainer = _trainer(tmp_path, [], max_staleness=k)
     freed = []
     trainer.session.generator.free_cache = lambda: freed.append(True)
-    trainer._release_generation_memory()
+    trainer.steps.release_generation_memory()
     assert freed == ([True] if k == 0 else [])
 
 

@@ -22,6 +22,7 @@ from rlfactory.rewards.rule import RuleReward
 from rlfactory.run_state import describe, read_run_state
 from rlfactory.train.loop import Trainer
 from rlfactory.train.runlog import read_metrics
+from rlfactory.train.step import TrainingStep
 from train_fixtures import make_traj, run_config, tiny_qwen3
 
 HERE = Path(__file__).parent
@@ -200,7 +201,7 @@ def test_infra_error_trajectories_are_left_out_of_baseline_and_loss(tmp_path):
     reward = RuleReward({"train_fixtures:first_token_even": 1.0})  # raises if asked to score an infra_error
     trainer = Trainer(cfg, session, reward, train_rows=[{"id": 0}, {"id": 1}])
     seen = {}
-    real = trainer.update
+    real = trainer.learner.update
 
     class Recording:
         def single_pass(self, n):
@@ -213,7 +214,7 @@ def test_infra_error_trajectories_are_left_out_of_baseline_and_loss(tmp_path):
             seen["data"] = data
             return real(data, gen, layout)
 
-    trainer.update = Recording()
+    trainer.learner.update = Recording()
     metrics, out = asyncio.run(trainer.step(1))
     assert out[1].reward is None and metrics["status/infra_error"] == 1
     assert [t.reward for t in out] == [1.0, None, 0.0, 1.0]
@@ -263,10 +264,10 @@ def test_a_users_advantage_and_loss_are_named_in_the_yaml(tmp_path, capsys):
 
 
 def test_a_run_that_raises_says_failed_and_why_in_run_state(tmp_path, capsys, monkeypatch):
-    async def boom(self, step):
+    async def boom(self, step, rollout, executor=None):
         raise RuntimeError("the GPU caught fire")
 
-    monkeypatch.setattr(Trainer, "step", boom)
+    monkeypatch.setattr(TrainingStep, "learn", boom)
     cfg = run_config(tmp_path, trainer={"steps": 2})
     from rlfactory.train.run import train
 

@@ -12,7 +12,8 @@ import pytest
 
 from rlfactory.config import RunConfig, load_config
 from rlfactory.rewards.rule import RuleReward
-from rlfactory.train.loop import MAX_FAILED_ROLLOUTS, Trainer
+from rlfactory.train.loop import Trainer
+from rlfactory.train.step import MAX_FAILED_ROLLOUTS
 from train_fixtures import make_traj, run_config, tiny_qwen3
 
 
