@@ -168,6 +168,11 @@ class LocalGenerator:
         new: list[Row] = []
         try:
             while self._pending or self.loop.live:
+                # One turn of the event loop before each step: what is ready runs first (the
+                # trajectories of rows just handed back, tool results just read), so a trajectory
+                # that submits its next turn at once joins this step rather than the one after,
+                # and that Python runs now instead of contending with the step for the GIL.
+                await asyncio.sleep(0)
                 new, self._pending = self._admit()
                 done = await aio.run_in_executor(self._executor, self._step, new)
                 new = []

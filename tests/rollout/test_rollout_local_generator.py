@@ -250,3 +250,45 @@ def test_a_common_prefix_is_computed_once_and_changes_nothing():
     for p, r in zip(ps, res):
         assert r.token_ids == reference(model, p, 6)
         assert torch.allclose(torch.tensor(r.logprobs), teacher_forced(model, p, r.token_ids), atol=1e-4)
+
+
+def test_a_turn_submitted_as_soon_as_the_last_one_returns_joins_the_next_step():
+    """A trajectory that sends its next request the moment its previous one returns is prefilled
+    at the very next step: the worker lets the event loop run once before admitting (otherwise one
+    decode step of the others runs first, and on the CPU every extra step costs the whole batch)."""
+    model = tiny_random_lm()
+    seen: list[set[int]] = []
+
+    def watch(requests, generated, logits):  # called once per forward, prefill or decode
+        seen.append({id(r) for r in requests})
+        return logits
+
+    gen = LocalGenerator(model, pad_id=0, logits_processor=watch)
+    ps = prompts(3)
+    long, first, second = (GenRequest(p, max_new_tokens=n, sampling=GREEDY) for p, n in zip(ps, (12, 3, 3)))
+
+    async def chain():
+        await gen.submit(first)
+        return await gen.submit(second)
+
+    async def main():
+        return await asyncio.gather(gen.submit(long), chain())
+
+    results = asyncio.run(main())
+    last_of_first = max(i for i, s in enumerate(seen) if id(first) in s)
+    first_of_second = min(i for i, s in enumerate(seen) if id(second) in s)
+    assert first_of_second == last_of_first + 1
+    assert results[1].token_ids == reference(model, ps[2], 3)  # and it generates what it would alone
+
+
+def test_the_decode_cache_doubles_its_columns_when_a_row_needs_more():
+    """Growing copies every slot while the batch waits, so it doubles (one growth per doubling of
+    the longest context, not one per turn of a multi-turn rollout)."""
+    model = tiny_random_lm()
+    gen = LocalGenerator(model, pad_id=0)
+    asyncio.run(gen.generate([GenRequest(prompts(1)[0], max_new_tokens=2, sampling=GREEDY)]))
+    assert gen.loop.cache.columns == 64 and gen.stats["cache_grows"] == 0
+    long = [(5 * j) % 250 + 1 for j in range(70)]
+    res = asyncio.run(gen.generate([GenRequest(long, max_new_tokens=5, sampling=GREEDY)]))
+    assert gen.loop.cache.columns == 128 and gen.stats["cache_grows"] == 1
+    assert res[0].token_ids == reference(model, long, 5)
