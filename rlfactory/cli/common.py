@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlfactory.config import RunConfig
 
 
 def make_config_folder_importable(path: str | Path) -> None:
@@ -48,7 +51,7 @@ def allow_overrides_after_options(parser: argparse.ArgumentParser) -> None:
     parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
-async def train_from(cfg: Any, model_path: str, run_dir: Path) -> tuple[list[dict[str, float]], str]:
+async def train_from(cfg: RunConfig, model_path: str, run_dir: Path) -> tuple[list[dict[str, float]], str]:
     """`rlfactory train` of `cfg` starting from `model_path`, into `run_dir`: (the steps' metrics,
     the last checkpoint's model folder). The experiment and the demo train their warm start so."""
     from rlfactory.train.checkpoint import latest_checkpoint

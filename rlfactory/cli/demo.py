@@ -12,7 +12,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlfactory.config import RunConfig
 
 MARKER = ".rlfactory-demo"
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
@@ -116,7 +119,7 @@ def save_reward_curve(metrics_path: Path, png: Path, before: float, after: float
     plt.close(fig)
 
 
-async def run_demo(cfg: Any, out: Path, eval_limit: int | None) -> dict[str, Any]:
+async def run_demo(cfg: RunConfig, out: Path, eval_limit: int | None) -> dict[str, Any]:
     from rlfactory.cli.eval import evaluate_model
     from rlfactory.cli.common import train_from
     from rlfactory.cli.sft import run_sft

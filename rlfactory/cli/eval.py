@@ -7,9 +7,13 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlfactory.cli.common import allow_overrides_after_options
+
+if TYPE_CHECKING:
+    from rlfactory.config import RunConfig
+    from rlfactory.train.session import RolloutSession
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def evaluate_model(cfg: Any, model: str, split: str, *, n: int = 1, limit: int | None = None,
+async def evaluate_model(cfg: RunConfig, model: str, split: str, *, n: int = 1, limit: int | None = None,
                          greedy: bool = True) -> dict[str, Any]:
     """Evaluate `model` (HF folder, LoRA adapter folder or tiny spec) on `split` of cfg's env."""
     from rlfactory.train.session import open_rollout
@@ -76,11 +80,11 @@ async def evaluate_model(cfg: Any, model: str, split: str, *, n: int = 1, limit:
         return await evaluate(session.engine, session.reward, rows, n=n, greedy=greedy)
 
 
-async def _send_to_servers(cfg: Any, session: Any, model: str) -> None:
+async def _send_to_servers(cfg: RunConfig, session: RolloutSession, model: str) -> None:
     """With generation servers, evaluate `model`'s weights: push them to every server first."""
     from rlfactory.train.weight_sync import make_weight_sync
 
-    if getattr(cfg.generator, "backend", "local") != "server":
+    if cfg.generator.backend != "server":
         return
     sync = make_weight_sync(cfg, session.generator)
     if sync is None:

@@ -16,7 +16,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlfactory.config import RunConfig
 
 MARKER = ".rlfactory-experiment"
 
@@ -58,7 +61,7 @@ def print_table(stages: dict[str, dict[str, float]], file=None) -> None:
         print(f"{label:28s}" + "".join(f"{c * 100:13.1f}%" if pct else f"{c:14.2f}" for c in cells), file=file)
 
 
-async def run_experiment(cfg: Any, out: Path, eval_limit: int | None) -> dict[str, Any]:
+async def run_experiment(cfg: RunConfig, out: Path, eval_limit: int | None) -> dict[str, Any]:
     from rlfactory.cli.eval import evaluate_model
     from rlfactory.cli.common import train_from
     from rlfactory.cli.sft import run_sft

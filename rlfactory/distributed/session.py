@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from rlfactory.distributed.cluster import connect_cluster, require_ray
 from rlfactory.distributed.engine import RayRolloutEngine
@@ -23,30 +23,43 @@ from rlfactory.distributed.tool_pool import close_pools, pool_connector, start_p
 from rlfactory.distributed.weights import RayWeightSync
 from rlfactory.distributed.workers import WorkerSet
 
+if TYPE_CHECKING:
+    from torch import nn
+
+    from rlfactory.chat.base import ToolManager
+    from rlfactory.config import RunConfig
+    from rlfactory.envs.base import Env
+    from rlfactory.protocols import Generator, WeightSync
+    from rlfactory.rewards.base import Reward
+    from rlfactory.tools.runner import ToolRunner
+
 
 @dataclass
 class RaySession:
     """A RolloutSession whose engine runs on Ray workers (the fields the Trainer reads, plus Ray's)."""
 
     engine: RayRolloutEngine
-    generator: Any
+    generator: Generator
     """The driver's own generator (LocalGenerator on the learner's model, or a ServerGenerator whose
     server list the weight sync updates); rollouts run on the workers."""
-    model: Any
+    model: nn.Module | None
     tokenizer: Any
-    tool_manager: Any
-    runner: Any
-    env: Any
-    weight_sync: Any
+    """The model's Hugging Face tokenizer (a transformers object: typed at that edge only)."""
+    tool_manager: ToolManager
+    runner: ToolRunner
+    env: Env
+    weight_sync: WeightSync | None
     """RayWeightSync (embedded workers), or the generation servers' WeightSync (None: no sync)."""
     workers: WorkerSet
     pools: list[Any] = field(default_factory=list)
-    reward: Any = None
+    """The tool-pool actors' Ray handles."""
+    reward: Reward | None = None
     """The run's reward (built by the driver's open_rollout; None when not asked for)."""
 
 
 @contextlib.asynccontextmanager
-async def open_ray_rollout(cfg: Any, *, logits_processor: str | None = None, **checks: Any) -> AsyncIterator[RaySession]:
+async def open_ray_rollout(cfg: RunConfig, *, logits_processor: str | None = None,
+                           **checks: Any) -> AsyncIterator[RaySession]:
     """A RaySession for `cfg` (a RunConfig; see the module doc). `logits_processor`: a
     `module:factory` whose `factory(tokenizer)` every worker installs on its generator (a
     ScriptedPolicy for tests and benchmarks). `checks` (reward_mode, check_splits) go to the
@@ -55,7 +68,7 @@ async def open_ray_rollout(cfg: Any, *, logits_processor: str | None = None, **c
     from rlfactory.train.weight_sync import make_weight_sync
 
     require_ray()
-    on_servers = getattr(getattr(cfg, "generator", None), "backend", "local") == "server"
+    on_servers = cfg.generator.backend == "server"
     joined = connect_cluster(cfg.ray)
     sys_path = list(sys.path)  # so workers import what the driver can (tools and envs next to the config)
     pools: list[Any] = []

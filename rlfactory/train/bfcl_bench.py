@@ -8,10 +8,13 @@ One rollout per entry, greedy. Each entry's record keeps every call the model ma
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlfactory.envs.bfcl.env import BfclEnv, decoded_of, verdict_of
 from rlfactory.envs.bfcl.score import accuracy_summary
+
+if TYPE_CHECKING:
+    from rlfactory.config import RunConfig
 
 ENV_NAME = "rlfactory.envs.bfcl:BfclEnv"
 
@@ -63,7 +66,7 @@ def bfcl_config(model: str, family: str | None, prompt_style: str, overrides: li
     return load_config(RunConfig, None, base + list(overrides or []))
 
 
-async def run_bfcl(cfg: Any, categories: list[str], *, limit: int | None = None,
+async def run_bfcl(cfg: RunConfig, categories: list[str], *, limit: int | None = None,
                    logits_processor: Any = None) -> BfclReport:
     """Roll out `categories` (the first `limit` entries of each) with cfg's model and score them."""
     from rlfactory.train.session import open_rollout

@@ -25,16 +25,14 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from rlfactory.config import ConfigError
+from rlfactory.config import ConfigError, RunConfig
 from rlfactory.imports import import_ref, where
 
 if TYPE_CHECKING:
+    from rlfactory.config import ToolsConfig
     from rlfactory.envs.base import Env, EnvTools
     from rlfactory.rewards.base import Reward
-    from rlfactory.config import ToolsConfig
     from rlfactory.tools.runner import ToolRunner
-
-# `cfg` below is a rlfactory.config.RunConfig (named Any: rollout does not import train).
 
 
 def _where(exc: BaseException) -> str:
@@ -45,7 +43,7 @@ def _one_line(text: str) -> str:
     return re.sub(r"\s*\n\s*", " | ", str(text).strip())
 
 
-def build_env(cfg: Any) -> Env:
+def build_env(cfg: RunConfig) -> Env:
     """The env of `cfg` (a RunConfig). Raises ConfigError naming `env.*` on any mistake, including
     an exception raised by the env's own constructor (with its file and line)."""
     from rlfactory.envs.registry import env_from_config
@@ -61,7 +59,7 @@ def build_env(cfg: Any) -> Env:
     return env
 
 
-def resolve_max_turns(cfg: Any, env: Env) -> int:
+def resolve_max_turns(cfg: RunConfig, env: Env) -> int:
     """The one turn limit of the run: `rollout.max_turns` when set, else the env's `max_turns`
     (which `env.options.max_turns` sets). When both keys are set and disagree: a ConfigError."""
     option = cfg.env.options.get("max_turns")
@@ -71,7 +69,7 @@ def resolve_max_turns(cfg: Any, env: Env) -> int:
     return int(cfg.rollout.max_turns or getattr(env, "max_turns", 4) or 4)
 
 
-def env_tools(cfg: Any, env: Env) -> EnvTools:
+def env_tools(cfg: RunConfig, env: Env) -> EnvTools:
     """`env.tools()`, with its failure as a ConfigError naming the env."""
     try:
         return env.tools()
@@ -147,7 +145,7 @@ def renamed_tools(runner: ToolRunner, qualify_names: bool = False) -> str | None
             "tools.qualify_names: true to always name MCP tools server.tool)")
 
 
-def env_reward(cfg: Any, env: Env) -> Reward | None:
+def env_reward(cfg: RunConfig, env: Env) -> Reward | None:
     """The env's own reward (None when it has none), with its failure (a reward term typo inside
     the env, say) as a ConfigError naming the env."""
     reward = getattr(env, "reward", None)
@@ -162,7 +160,7 @@ def env_reward(cfg: Any, env: Env) -> Reward | None:
                           f"{_one_line(str(e))}{_where(e)}") from e
 
 
-def build_run_reward(cfg: Any, env: Env, runner: ToolRunner) -> Reward | None:
+def build_run_reward(cfg: RunConfig, env: Env, runner: ToolRunner) -> Reward | None:
     """The run's reward: the `reward:` section over the env's own; None when neither gives one."""
     from rlfactory.rewards import build_reward
 
@@ -186,7 +184,7 @@ def split_rows(env: Env, split: str, env_name: str | None = None) -> list[dict[s
                           f"{_one_line(str(e))}{_where(e)}") from e
 
 
-def check_split(cfg: Any, env: Env, reward: Reward | None, split: str, rows: list[dict[str, Any]],
+def check_split(cfg: RunConfig, env: Env, reward: Reward | None, split: str, rows: list[dict[str, Any]],
                 try_terms: bool = True) -> None:
     """Raise a ConfigError when a row of `split` lacks what `reward` reads (the row and the field
     named). Does nothing without a reward. `try_terms`: see `check_rows`."""
@@ -214,7 +212,7 @@ class CommandChecks:
     """Splits whose rows are checked against what the reward reads."""
 
 
-def command_checks(command: str, cfg: Any, split: str = "test", reward: bool = True) -> CommandChecks:
+def command_checks(command: str, cfg: RunConfig, split: str = "test", reward: bool = True) -> CommandChecks:
     """The checks of `rlfactory COMMAND` (train | eval | rollout | sft) on `cfg`; `split` is
     eval's and rollout's --split, `reward=False` rollout's --no-reward."""
     if command == "train":
@@ -228,7 +226,7 @@ def command_checks(command: str, cfg: Any, split: str = "test", reward: bool = T
     raise ValueError(f"no checks for command {command!r} (train, eval, rollout or sft)")
 
 
-async def prepare_tools_and_reward(cfg: Any, env: Env, checks: CommandChecks,
+async def prepare_tools_and_reward(cfg: RunConfig, env: Env, checks: CommandChecks,
                                    connect_server: Any = None) -> tuple[ToolRunner, Reward | None]:
     """Steps 2-4 for `env`: the started ToolRunner (the caller closes it) and the run's reward
     (None where `checks` allow it). A mistake is a ConfigError; nothing is left running then."""
@@ -246,7 +244,7 @@ async def prepare_tools_and_reward(cfg: Any, env: Env, checks: CommandChecks,
     return runner, reward
 
 
-async def check_command(cfg: Any, checks: CommandChecks) -> None:
+async def check_command(cfg: RunConfig, checks: CommandChecks) -> None:
     """Steps 1-4 as the command runs them, then stop what they started (MCP servers, the env).
     Raises the ConfigError the command would end with; returns when it would go on to load the model."""
     from rlfactory.rollout.model_source import check_model_path

@@ -13,30 +13,42 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Literal, Sequence
 
-from rlfactory.config import ModelConfig
+from rlfactory.config import GeneratorConfig, ModelConfig, RunConfig
+from rlfactory.protocols import Generator
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.local import LocalGenerator
 from rlfactory.rollout.model_source import check_model_path, load_model, pick_device, resolve_model_path
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from rlfactory.chat.base import ToolManager
+    from rlfactory.envs.base import Env
+    from rlfactory.rewards.base import Reward
+    from rlfactory.rollout.server_generator import ServerGenerator
+    from rlfactory.tools.runner import ToolRunner
 
 
 @dataclass
 class RolloutSession:
     engine: RolloutEngine
-    generator: Any
+    generator: Generator
     """A LocalGenerator, or a ServerGenerator with generator.backend: server."""
-    model: Any
+    model: nn.Module | None
     """The policy model (the learner's copy with the server backend; None when not loaded)."""
     tokenizer: Any
-    tool_manager: Any
-    runner: Any
-    env: Any
-    reward: Any = None
+    """The model's Hugging Face tokenizer (a transformers object: typed at that edge only)."""
+    tool_manager: ToolManager
+    runner: ToolRunner
+    env: Env
+    reward: Reward | None = None
     """The run's reward (None: none configured, or not asked for)."""
 
 
-def tool_manager_for(model_cfg: ModelConfig, tokenizer: Any, model: Any = None, model_type: str | None = None) -> Any:
+def tool_manager_for(model_cfg: ModelConfig, tokenizer: Any, model: nn.Module | None = None,
+                     model_type: str | None = None) -> ToolManager:
     """The ToolManager that `model_cfg` asks for (family guessed from the chat template if unset),
     with the template family's options (`call_format`, `chat_template_kwargs`)."""
     from rlfactory.chat import guess_family, make_tool_manager
@@ -58,7 +70,7 @@ def tool_manager_for(model_cfg: ModelConfig, tokenizer: Any, model: Any = None, 
     return make_tool_manager(tokenizer, family, model_type, **opts)
 
 
-def checked_tool_manager(model_cfg: ModelConfig, tokenizer: Any, model_type: str | None) -> Any:
+def checked_tool_manager(model_cfg: ModelConfig, tokenizer: Any, model_type: str | None) -> ToolManager:
     """`tool_manager_for`, its token contract checked against the tokenizer. When a `model.family`
     set in the config breaks the contract and the family read from the chat template keeps it, a
     ConfigError says so in one line."""
@@ -93,7 +105,7 @@ def load_tokenizer(cfg: ModelConfig) -> Any:
     return AutoTokenizer.from_pretrained(resolve_model_path(cfg.path))
 
 
-def _model_type(cfg: ModelConfig, model: Any) -> str | None:
+def _model_type(cfg: ModelConfig, model: nn.Module | None) -> str | None:
     if model is not None:
         return getattr(getattr(model, "config", None), "model_type", None)
     from transformers import AutoConfig
@@ -101,7 +113,8 @@ def _model_type(cfg: ModelConfig, model: Any) -> str | None:
     return getattr(AutoConfig.from_pretrained(resolve_model_path(cfg.path)), "model_type", None)
 
 
-def open_server_generator(gen_cfg: Any, tokenizer: Any, tool_manager: Any, seed: int | None) -> Any:
+def open_server_generator(gen_cfg: GeneratorConfig, tokenizer: Any, tool_manager: ToolManager,
+                          seed: int | None) -> ServerGenerator:
     """A ServerGenerator for the `generator:` section, stopping where the tool manager says."""
     from rlfactory.rollout.server_generator import ServerGenerator
 
@@ -110,7 +123,7 @@ def open_server_generator(gen_cfg: Any, tokenizer: Any, tool_manager: Any, seed:
                            served_model=gen_cfg.served_model, seed=seed)
 
 
-def pad_id_of(tokenizer: Any, model: Any = None) -> int:
+def pad_id_of(tokenizer: Any, model: nn.Module | None = None) -> int:
     for value in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
         if value is not None:
             return int(value)
@@ -120,11 +133,11 @@ def pad_id_of(tokenizer: Any, model: Any = None) -> int:
 
 @contextlib.asynccontextmanager
 async def open_rollout(
-    cfg: Any,
+    cfg: RunConfig,
     *,
-    model: Any = None,
+    model: nn.Module | None = None,
     tokenizer: Any = None,
-    env: Any = None,
+    env: Env | None = None,
     logits_processor: Any = None,
     load_policy: bool = True,
     reward_mode: Literal["optional", "required", "off"] = "optional",
@@ -147,8 +160,8 @@ async def open_rollout(
     """
     from rlfactory.train.prepare import CommandChecks, build_env, prepare_tools_and_reward, resolve_max_turns
 
-    gen_cfg = getattr(cfg, "generator", None)
-    on_servers = gen_cfg is not None and gen_cfg.backend == "server"
+    gen_cfg = cfg.generator
+    on_servers = gen_cfg.backend == "server"
     if on_servers and logits_processor is not None:
         raise ValueError("a logits_processor needs generator.backend: local")
     own_env = env is None
