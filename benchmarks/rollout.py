@@ -34,7 +34,11 @@ Figures, all measured in this run:
 Sensitivity: without hanging calls, (b) depends on how much of a trajectory's time is generation
 rather than tool waiting: the CPU-bound generation of the 1M model is most of the engine's
 critical path there, so the engine's generation cost per decode step decides (b). The load
-average is printed: the machine may be shared, and generation slows under load.
+average is printed: the machine may be shared, and generation slows under load. Each workload
+also prints the generator's busy seconds per generated token for both modes (continuous batching
+runs more, smaller forwards than lock-step's full batches), and the event loop's own CPU seconds:
+in the engine that Python (episodes, tool clients, observation rendering) runs while the
+generation thread runs and both need the GIL; in lock-step it runs while generation waits.
 
 Run:  .venv/bin/python benchmarks/rollout.py [--trajectories 256] [--threads 1] [--timeouts 10,30] [--hang-rates 0,0.02]
 """
@@ -109,11 +113,13 @@ async def rollout(args, model, tok, tm, runner, mode: str, tools: str, count: in
     engine = RolloutEngine(gen, tm, runner, PromptEnv(max_turns=4), cfg, SamplingConfig(temperature=1.0, seed=0))
     count = args.trajectories if count is None else count
     rows = [{"id": f"t{i}", "question": f"Task {i}: look up what you need, then answer."} for i in range(first, first + count)]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.thread_time()
     trajs = await engine.run(rows, n=1)
     wall = time.perf_counter() - t0
     gen.close()
-    return trajs, wall, dict(gen.stats)
+    # The event loop's own CPU (episodes, tool clients, rendering): in the engine it runs while the
+    # generation thread runs, and both need the GIL; in lock-step it runs while generation waits.
+    return trajs, wall, dict(gen.stats) | {"loop_cpu_s": time.thread_time() - cpu0}
 
 
 def generation_throughput(args, model, tok, tm, runner_specs):
@@ -220,12 +226,21 @@ def report_cell(runs) -> dict:
           f"max {lat[-1]:.2f} s; sum {sum(lat):.1f} s")
     print("  wall seconds of every run: " + "; ".join(f"{n}: {', '.join(f'{r[1]:.2f}' for r in rs)}" for n, rs in runs.items()))
     print(f"  {'mode (fastest run)':<28} {'wall s':>7} {'statuses':<10} {'tool calls':<20} {'gen tok':>7} {'prefill tok':>11} "
-          f"{'kept tok':>8} {'shared tok':>10} {'decode steps':>12} {'prefills':>8} {'gen busy s':>10}")
+          f"{'kept tok':>8} {'shared tok':>10} {'decode steps':>12} {'prefills':>8} {'gen busy s':>10} {'busy ms/tok':>11}")
     for name, (trajs, wall, stats) in results.items():
         statuses, tool_status, _, tokens = describe(trajs, wall)
         print(f"  {name:<28} {wall:>7.2f} {fmt(statuses):<10} {fmt(tool_status):<20} {tokens:>7} {stats['prefill_tokens']:>11} "
               f"{stats['reused_tokens']:>8} {stats['shared_prefix_tokens']:>10} {stats['steps']:>12} {stats['prefills']:>8} "
-              f"{stats['busy_s']:>10.2f}")
+              f"{stats['busy_s']:>10.2f} {1000 * stats['busy_s'] / max(tokens, 1):>11.3f}")
+    per_token = {name: stats["busy_s"] / max(describe(trajs, wall)[3], 1) for name, (trajs, wall, stats) in results.items()}
+    if ENGINE in per_token and LOCKSTEP in per_token:
+        # The figure issue 35 is about: what continuous batching pays per token against lock-step's
+        # full batches. It moves with the machine's load, the torch threads and the batch size.
+        print(f"  generation busy per generated token (fastest runs): engine {1000 * per_token[ENGINE]:.3f} ms, lock-step "
+              f"{1000 * per_token[LOCKSTEP]:.3f} ms ({per_token[ENGINE] / per_token[LOCKSTEP]:.2f}x); torch threads "
+              f"{torch.get_num_threads()}, max_batch 256, cache growths {results[ENGINE][2].get('cache_grows', 0)} / "
+              f"{results[LOCKSTEP][2].get('cache_grows', 0)}; event-loop CPU {results[ENGINE][2]['loop_cpu_s']:.2f} s / "
+              f"{results[LOCKSTEP][2]['loop_cpu_s']:.2f} s (in the engine it shares the GIL with generation)")
     print(f"  ({load()})", flush=True)
     return results | {"_timeouts": timeouts, "_calls": n_calls}
 
