@@ -58,11 +58,17 @@ class UnknownEpisode(KeyError):
 class GatewayStats:
     calls: int = 0
     overhead_s: float = 0.0
+    """Wall seconds in the gateway outside generation (render, parse, record), waits for the GIL
+    included: what a call's latency gains."""
+    cpu_s: float = 0.0
+    """CPU seconds of the same work (the event loop thread's own time)."""
     gen_s: float = 0.0
 
     def as_dict(self, episodes: int) -> dict[str, float]:
+        per_call = 1000 / self.calls if self.calls else 0.0
         return {"calls": self.calls, "episodes_open": episodes, "overhead_s": self.overhead_s, "gen_s": self.gen_s,
-                "overhead_ms_per_call": 1000 * self.overhead_s / self.calls if self.calls else 0.0}
+                "cpu_s": self.cpu_s, "overhead_ms_per_call": self.overhead_s * per_call,
+                "cpu_ms_per_call": self.cpu_s * per_call}
 
 
 class Gateway:
@@ -147,7 +153,7 @@ class Gateway:
     async def chat(self, key: str | None, body: Any) -> tuple[ChatRequest, dict[str, Any], list]:
         """Serve one chat call of episode `key`; returns (request, the rlfactory extras, choices).
         Raises UnknownEpisode, BadRequest, or GenerationUnavailable."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         episode = self._episode(key)
         request = parse_chat(body)
         tm = self.tool_manager
@@ -172,11 +178,11 @@ class Gateway:
                               self.stop_strings + request.stop,
                               session, None if seed is None else mix_seed(seed, call, k))
 
-        t_submit = time.perf_counter()
+        t_submit, c_submit = time.perf_counter(), time.thread_time()
         generator = episode.generator or self.generator
         results: list[GenResult] = list(await asyncio.gather(*(generator.submit(gen_request(k))
                                                                for k in range(request.n))))
-        t_gen = time.perf_counter()
+        t_gen, c_gen = time.perf_counter(), time.thread_time()
         if episode.closed:
             raise UnknownEpisode(f"episode {episode.key[:12]}... ended while this call generated")
         choices, calls = [], []
@@ -189,10 +195,12 @@ class Gateway:
         samples = episode.record(match, prompt, results, self.policy_version, calls)
         gen_s = t_gen - t_submit  # waiting for the generator (its queue and the batch included)
         overhead = time.perf_counter() - t0 - gen_s
+        cpu = time.thread_time() - c0 - (c_gen - c_submit)  # the loop thread's CPU while generating is others' work
         episode.overhead_s += overhead
         episode.gen_s += gen_s
         self.stats.calls += 1
         self.stats.overhead_s += overhead
+        self.stats.cpu_s += cpu
         self.stats.gen_s += gen_s
         extra = {"episode": episode.key, "samples": samples, "policy_version": self.policy_version,
                  "branched": match.index is None and match.branch is not None}
