@@ -25,6 +25,7 @@ from rlfactory.distributed.workers import WorkerSet
 
 if TYPE_CHECKING:
     from torch import nn
+    from transformers import PreTrainedTokenizerBase
 
     from rlfactory.chat.base import ToolManager
     from rlfactory.config import RunConfig
@@ -43,8 +44,7 @@ class RaySession:
     """The driver's own generator (LocalGenerator on the learner's model, or a ServerGenerator whose
     server list the weight sync updates); rollouts run on the workers."""
     model: nn.Module | None
-    tokenizer: Any
-    """The model's Hugging Face tokenizer (a transformers object: typed at that edge only)."""
+    tokenizer: PreTrainedTokenizerBase
     tool_manager: ToolManager
     runner: ToolRunner
     env: Env

@@ -26,6 +26,7 @@ from rlfactory.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from rlfactory.config import RunConfig
+    from rlfactory.train.session import RolloutSession
 
 
 class StaleWorker(RuntimeError):
@@ -54,7 +55,7 @@ class RolloutWorker:
         self.load_policy = load_policy
         self.version = 0
         self.last_rollout_s = 0.0
-        self.session: Any = None
+        self.session: RolloutSession | None = None
         self._stack = contextlib.AsyncExitStack()
 
     async def start(self, weights: dict[str, Any] | None = None, version: int = 0) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from rlfactory.rollout.model_source import check_model_path, load_model, pick_de
 
 if TYPE_CHECKING:
     from torch import nn
+    from transformers import PreTrainedTokenizerBase
 
     from rlfactory.chat.base import ToolManager
     from rlfactory.envs.base import Env
@@ -38,8 +39,7 @@ class RolloutSession:
     """A LocalGenerator, or a ServerGenerator with generator.backend: server."""
     model: nn.Module | None
     """The policy model (the learner's copy with the server backend; None when not loaded)."""
-    tokenizer: Any
-    """The model's Hugging Face tokenizer (a transformers object: typed at that edge only)."""
+    tokenizer: PreTrainedTokenizerBase
     tool_manager: ToolManager
     runner: ToolRunner
     env: Env
@@ -47,8 +47,8 @@ class RolloutSession:
     """The run's reward (None: none configured, or not asked for)."""
 
 
-def tool_manager_for(model_cfg: ModelConfig, tokenizer: Any, model: nn.Module | None = None,
-                     model_type: str | None = None) -> ToolManager:
+def tool_manager_for(model_cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase,
+                     model: nn.Module | None = None, model_type: str | None = None) -> ToolManager:
     """The ToolManager that `model_cfg` asks for (family guessed from the chat template if unset),
     with the template family's options (`call_format`, `chat_template_kwargs`)."""
     from rlfactory.chat import guess_family, make_tool_manager
@@ -70,7 +70,8 @@ def tool_manager_for(model_cfg: ModelConfig, tokenizer: Any, model: nn.Module | 
     return make_tool_manager(tokenizer, family, model_type, **opts)
 
 
-def checked_tool_manager(model_cfg: ModelConfig, tokenizer: Any, model_type: str | None) -> ToolManager:
+def checked_tool_manager(model_cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase,
+                         model_type: str | None) -> ToolManager:
     """`tool_manager_for`, its token contract checked against the tokenizer. When a `model.family`
     set in the config breaks the contract and the family read from the chat template keeps it, a
     ConfigError says so in one line."""
@@ -98,7 +99,7 @@ def checked_tool_manager(model_cfg: ModelConfig, tokenizer: Any, model_type: str
     return tool_manager
 
 
-def load_tokenizer(cfg: ModelConfig) -> Any:
+def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     """The tokenizer of `cfg.path` alone (a rollout on generation servers needs no weights here)."""
     from transformers import AutoTokenizer
 
@@ -113,7 +114,7 @@ def _model_type(cfg: ModelConfig, model: nn.Module | None) -> str | None:
     return getattr(AutoConfig.from_pretrained(resolve_model_path(cfg.path)), "model_type", None)
 
 
-def open_server_generator(gen_cfg: GeneratorConfig, tokenizer: Any, tool_manager: ToolManager,
+def open_server_generator(gen_cfg: GeneratorConfig, tokenizer: PreTrainedTokenizerBase, tool_manager: ToolManager,
                           seed: int | None) -> ServerGenerator:
     """A ServerGenerator for the `generator:` section, stopping where the tool manager says."""
     from rlfactory.rollout.server_generator import ServerGenerator
@@ -123,7 +124,7 @@ def open_server_generator(gen_cfg: GeneratorConfig, tokenizer: Any, tool_manager
                            served_model=gen_cfg.served_model, seed=seed)
 
 
-def pad_id_of(tokenizer: Any, model: nn.Module | None = None) -> int:
+def pad_id_of(tokenizer: PreTrainedTokenizerBase, model: nn.Module | None = None) -> int:
     for value in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
         if value is not None:
             return int(value)
@@ -136,7 +137,7 @@ async def open_rollout(
     cfg: RunConfig,
     *,
     model: nn.Module | None = None,
-    tokenizer: Any = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
     env: Env | None = None,
     logits_processor: Any = None,
     load_policy: bool = True,
