@@ -15,13 +15,20 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rlfactory.chat import check_token_contract, make_tool_manager
 from rlfactory.config import ConfigError
 from rlfactory.envs.registry import env_from_config
 from rlfactory.integrations.verl.config import VerlAgentConfig, load_verl_agent_config
 from rlfactory.tools import ToolRunner
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from rlfactory.chat.base import ToolManager
+    from rlfactory.envs.base import Env
+    from rlfactory.rewards.base import Reward
 
 log = logging.getLogger("rlfactory.integrations.verl")
 
@@ -37,11 +44,11 @@ class VerlWorker:
     config: VerlAgentConfig
     source: str
     """The config file (for error messages)."""
-    tokenizer: Any
-    tool_manager: Any
-    env: Any
+    tokenizer: PreTrainedTokenizerBase
+    tool_manager: ToolManager
+    env: Env
     runner: ToolRunner
-    reward: Any = None
+    reward: Reward | None = None
     """The env's reward, when `score` is on."""
     trajectories: int = 0
     infra_errors: int = 0
@@ -64,13 +71,13 @@ _starting: dict[tuple, asyncio.Lock] = {}
 _failed: dict[tuple, str] = {}
 
 
-def worker_key(config_path: str, overrides: Sequence[str], tokenizer: Any) -> tuple:
+def worker_key(config_path: str, overrides: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> tuple:
     loop = asyncio.get_running_loop()
     name = getattr(tokenizer, "name_or_path", None) or id(tokenizer)
     return (str(Path(config_path).resolve()), tuple(overrides), name, id(loop))
 
 
-async def get_worker(config_path: str, overrides: Sequence[str], tokenizer: Any,
+async def get_worker(config_path: str, overrides: Sequence[str], tokenizer: PreTrainedTokenizerBase,
                      model_type: str | None = None) -> VerlWorker:
     """The VerlWorker of this process and event loop for (config, overrides, tokenizer), started
     on first use. Raises what the start raised (ConfigError naming the key and file, the runner's
@@ -96,7 +103,7 @@ async def get_worker(config_path: str, overrides: Sequence[str], tokenizer: Any,
     return worker
 
 
-async def start_worker(config_path: str, overrides: Sequence[str], tokenizer: Any,
+async def start_worker(config_path: str, overrides: Sequence[str], tokenizer: PreTrainedTokenizerBase,
                        model_type: str | None = None) -> VerlWorker:
     """Validate the config, build the env and ToolManager (token contract checked against
     `tokenizer`), start the ToolRunner."""
@@ -118,7 +125,7 @@ async def start_worker(config_path: str, overrides: Sequence[str], tokenizer: An
                       loop=asyncio.get_running_loop())
 
 
-def env_reward(env: Any, cfg: VerlAgentConfig, source: str) -> Any:
+def env_reward(env: Env, cfg: VerlAgentConfig, source: str) -> Reward:
     try:
         reward = env.reward()
     except NotImplementedError:
