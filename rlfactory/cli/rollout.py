@@ -10,8 +10,12 @@ import asyncio
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlfactory.cli.common import allow_overrides_after_options
+
+if TYPE_CHECKING:
+    from rlfactory.protocols import Generator
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,13 +83,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def servers_line(generator) -> str:
+def servers_line(generator: Generator) -> str:
     """`generation servers: URL N turns (version V)...` for a ServerGenerator, else ''."""
-    servers = getattr(generator, "servers", None)
-    if not servers:
+    from rlfactory.rollout.server_generator import ServerGenerator
+
+    if not isinstance(generator, ServerGenerator) or not generator.servers:
         return ""
     parts = []
-    for s in servers:
+    for s in generator.servers:
         version = s.reported if s.reported is not None else s.version
         parts.append(f"{s.url} {s.served} turns (version {version}{'; ' + s.last_error if s.last_error else ''})")
     return "generation servers: " + "; ".join(parts)

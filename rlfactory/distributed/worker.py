@@ -103,7 +103,8 @@ class RolloutWorker:
     def stats(self) -> dict[str, Any]:
         """{"pid", "version", "last_rollout_s": seconds in the engine for the last rollout,
         "generator": the generator's counters (decode steps, busy seconds, ...)}."""
-        gen = dict(getattr(self.session.generator, "stats", {}) or {}) if self.session is not None else {}
+        generator = self.session.generator if self.session is not None else None
+        gen = dict(generator.stats) if isinstance(generator, LocalGenerator) else {}
         return {"pid": os.getpid(), "version": self.version, "last_rollout_s": self.last_rollout_s, "generator": gen}
 
     async def close(self) -> None:
