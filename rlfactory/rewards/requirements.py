@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from rlfactory.rewards.text import REFERENCE_KEYS
+
+if TYPE_CHECKING:
+    from rlfactory.rewards.base import Reward
+    from rlfactory.rewards.rule import RuleReward
 
 
 @dataclass
@@ -23,7 +27,7 @@ class RowNeeds:
     references: Callable[[Any], list[str]] | None = None
 
 
-def row_needs(reward: Any) -> RowNeeds:
+def row_needs(reward: Reward) -> RowNeeds:
     """What `reward` (rule, judge or composed; of other rewards nothing can be told) needs."""
     from rlfactory.rewards.compose import ComposedReward
     from rlfactory.rewards.judge import JudgeReward
@@ -69,7 +73,7 @@ class _WatchedInfo(dict):
         raise KeyError(key)
 
 
-def rule_rewards(reward: Any) -> list[Any]:
+def rule_rewards(reward: Reward) -> list[RuleReward]:
     """The RuleReward parts of `reward` (itself, or inside a ComposedReward)."""
     from rlfactory.rewards.compose import ComposedReward
     from rlfactory.rewards.rule import RuleReward
@@ -84,7 +88,7 @@ def rule_rewards(reward: Any) -> list[Any]:
     return out
 
 
-def term_reads_missing_key(reward: Any, info: dict[str, Any], where: str) -> str | None:
+def term_reads_missing_key(reward: Reward, info: dict[str, Any], where: str) -> str | None:
     """Each rule term run once on an empty trajectory of the row `info`: a term that reads a key
     the row lacks (`trajectory.info["answer"]`) would fail on every trajectory, so it is named
     now, with the key and what the row has. Any other failure is left to scoring (a term may
@@ -114,7 +118,7 @@ def term_reads_missing_key(reward: Any, info: dict[str, Any], where: str) -> str
     return None
 
 
-def check_rows(reward: Any, infos: Iterable[dict[str, Any]], where: str, try_terms: bool = True) -> str | None:
+def check_rows(reward: Reward, infos: Iterable[dict[str, Any]], where: str, try_terms: bool = True) -> str | None:
     """The first problem over `infos` (one per row, as the env's `info(row)` returns them) as one
     line starting with `where` (e.g. "env 'wiki': train row"), or None when every row can be scored.
     With `try_terms`, the reward's rule terms are first tried on the first row

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from rlfactory.rewards.base import score_all
 from rlfactory.trajectory import Trajectory
 from rlfactory.train.metrics import accuracy_of, trajectory_metrics
+
+if TYPE_CHECKING:
+    from rlfactory.rewards.base import Reward
 
 
 @contextlib.contextmanager
@@ -23,7 +26,7 @@ def sampling_override(engine: Any, greedy: bool) -> Iterator[None]:
             engine.sampling = old
 
 
-def answer_extractor_of(reward: Any) -> Callable[[Trajectory], str | None]:
+def answer_extractor_of(reward: Reward | None) -> Callable[[Trajectory], str | None]:
     """How `reward` reads the final answer (a rule or judge part's extractor, also inside a composed
     reward); Search-R1's last `<answer>...</answer>` otherwise."""
     from rlfactory.rewards.text import tagged_answer
@@ -47,7 +50,7 @@ def _question(row: dict[str, Any], index: int) -> dict[str, Any]:
     return out
 
 
-async def evaluate(engine: Any, reward: Any, rows: list[dict[str, Any]], *, n: int = 1, greedy: bool = True,
+async def evaluate(engine: Any, reward: Reward | None, rows: list[dict[str, Any]], *, n: int = 1, greedy: bool = True,
                    policy_version: int = 0) -> dict[str, Any]:
     """Roll out `rows` (n samples each), score, and report.
 

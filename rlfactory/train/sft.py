@@ -16,7 +16,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
@@ -28,12 +28,18 @@ from rlfactory.train.data import step_generator
 from rlfactory.train.logprobs import policy_forward
 from rlfactory.config import SftConfig
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from rlfactory.chat.base import ToolManager
+    from rlfactory.envs.base import Env
+
 
 def _arguments(raw: Any) -> dict[str, Any]:
     return json.loads(raw) if isinstance(raw, str) else dict(raw or {})
 
 
-def demo_to_trajectory(messages: list[dict[str, Any]], tool_manager: Any, tools: Sequence[ToolSpec],
+def demo_to_trajectory(messages: list[dict[str, Any]], tool_manager: ToolManager, tools: Sequence[ToolSpec],
                        demo_id: str = "demo") -> Trajectory:
     """The token-level trajectory of one demonstration conversation."""
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
@@ -87,7 +93,7 @@ def demo_problem(calls: Sequence[ToolCall], tools: Sequence[ToolSpec]) -> str | 
     return None
 
 
-def write_demonstrations(env: Any, tool_manager: Any, tools: Sequence[ToolSpec], n: int,
+def write_demonstrations(env: Env, tool_manager: ToolManager, tools: Sequence[ToolSpec], n: int,
                          env_label: str | None = None) -> list[Trajectory]:
     """`n` demonstrations from the env's train split (rows cycled), skipping rows the solver cannot
     solve (it raises ValueError/RuntimeError for those). A demonstration that calls a tool the run
@@ -133,7 +139,7 @@ def _lr_factor(step: int, cfg: SftConfig) -> float:
     return 1.0 - 0.9 * min(1.0, frac)
 
 
-def sft_train(model: Any, demos: Sequence[Trajectory], pad_id: int, cfg: SftConfig,
+def sft_train(model: torch.nn.Module, demos: Sequence[Trajectory], pad_id: int, cfg: SftConfig,
               log=None) -> list[dict[str, float]]:
     """Train `model` in place on `demos` (masked NLL on model tokens; on every token during the first
     `cfg.full_text_steps` steps). Returns per-step metrics."""
@@ -171,7 +177,7 @@ def sft_train(model: Any, demos: Sequence[Trajectory], pad_id: int, cfg: SftConf
     return history
 
 
-def save_model_atomically(model: Any, tokenizer: Any, out: str | Path) -> Path:
+def save_model_atomically(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out: str | Path) -> Path:
     """save_pretrained into a temporary sibling folder, then rename over `out`."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
