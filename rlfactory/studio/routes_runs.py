@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.responses import FileResponse
 from starlette.routing import Route
 
 from rlfactory.studio import metrics as M
+from rlfactory.studio.paths import inside
 from rlfactory.studio.runs import find_runs, list_steps, run_dir, summarize
 from rlfactory.studio.steps import step_path, trajectory_view
 from rlfactory.studio.tokens import token_text_for, tokenizer_folder
@@ -140,6 +143,28 @@ async def trajectory(request: Request):
     return ok(await run_in_threadpool(work))
 
 
+# An image file's name is its content hash (rlfactory.images.Image.file_name): nothing else is served,
+# so no name can walk out of the folder or reach a file the trajectories did not store.
+_IMAGE_NAME = re.compile(r"[0-9a-f]{64}\.(png|jpg)")
+_IMAGE_MIME = {"png": "image/png", "jpg": "image/jpeg"}
+
+
+async def image(request: Request):
+    """One image of the run's logged trajectories: `trajectories/images/<sha256>.<png|jpg>`
+    (where `write_jsonl` stores them beside the step files). Its name fixes its bytes, so the
+    browser may keep it."""
+    path = _run(request)
+    name = arg(request, "name", "")
+    m = _IMAGE_NAME.fullmatch(name)
+    if m is None:
+        raise ApiError(400, f"image name {name[:80]!r} is not <sha256>.png or <sha256>.jpg (64 lower-case hex digits)")
+    file = inside(path, f"trajectories/images/{name}", must_exist=False)  # also refuses a symlink out of the run
+    if not file.is_file():
+        raise ApiError(404, f"no image {name} in this run's trajectories/images")
+    return FileResponse(file, media_type=_IMAGE_MIME[m.group(1)],
+                        headers={"Cache-Control": "private, max-age=86400, immutable", "X-Content-Type-Options": "nosniff"})
+
+
 routes = [
     Route("/api/runs", list_runs),
     Route("/api/run", run_info),
@@ -147,4 +172,5 @@ routes = [
     Route("/api/run/events", run_events),
     Route("/api/run/step", step_view),
     Route("/api/run/trajectory", trajectory),
+    Route("/api/run/image", image),
 ]

@@ -168,8 +168,9 @@ def step_path(run: Path, step: int) -> Path:
 
 def trajectory_view(d: dict[str, Any], tokens: TokenText | None) -> dict[str, Any]:
     """A trajectory for the viewer: each segment with one row per token
-    [id, text, sampler logprob, trainer logprob] (logprobs null where there are none), and a model
-    turn's own reward and reward terms (null where the turn was not scored)."""
+    [id, text, sampler logprob, trainer logprob] (logprobs null where there are none), a model
+    turn's own reward and reward terms (null where the turn was not scored), and the references
+    (sha256, mime, width, height) of the images its pads stand for ([] for none)."""
     segments = []
     for seg in d.get("segments") or []:
         ids = seg.get("token_ids") or []
@@ -180,7 +181,8 @@ def trajectory_view(d: dict[str, Any], tokens: TokenText | None) -> dict[str, An
             text = tokens.text(tid) if tokens is not None else None
             rows.append([tid, text, lps[j] if j < len(lps) else None, tlps[j] if j < len(tlps) else None])
         segments.append({"role": seg.get("role"), "text": seg.get("text", ""), "policy_version": seg.get("policy_version"),
-                         "tokens": rows, "reward": seg.get("reward"), "reward_terms": seg.get("reward_terms")})
+                         "tokens": rows, "reward": seg.get("reward"), "reward_terms": seg.get("reward_terms"),
+                         "images": list(seg.get("images") or [])})
     out = {k: v for k, v in d.items() if k != "segments"}
     out["segments"] = segments
     out["decoded"] = tokens is not None

@@ -163,7 +163,7 @@ export function renderTrajectory(view, { live = false } = {}) {
       h("span", {}, role !== "model" ? "not in the loss" : "in the loss"),
       role === "model" && seg.reward !== null && seg.reward !== undefined ? h("span", { class: "turn-reward" }, "turn reward ",
         h("b", {}, fmt(seg.reward, 4)), ` (${Object.entries(seg.reward_terms || {}).map(([k, v]) => `${k} ${fmt(v, 4)}`).join(", ")})`) : null);
-    const el = h("div", { class: `seg ${role}`, dataset: { role } }, head, tokensEl);
+    const el = h("div", { class: `seg ${role}`, dataset: { role } }, head, tokensEl, segImages(seg.images, view.run));
     if (role === "prompt" && seg.tokens.length > 80 && !live) {
       const tail = seg.text.slice(-400);
       tokensEl.append(h("span", { class: "muted" }, "… " + tail));
@@ -209,6 +209,22 @@ export function renderTrajectory(view, { live = false } = {}) {
     addSegment: seg => { const s = addSegment(seg); segs.append(s); rebind(); return s; },
   };
   function firstModel() { const i = flat.findIndex(t => t.role === "model"); return i < 0 ? 0 : i; }
+}
+
+// The pictures a prompt or observation segment's image pads stand for, in order, from the run's
+// trajectories/images/ (a live view with no run shows each one's size only).
+const IMAGE_EXT = { "image/png": "png", "image/jpeg": "jpg" };
+function segImages(images, runId) {
+  if (!images || !images.length) return null;
+  return h("div", { class: "seg-images" }, images.map((im, k) => {
+    const label = `image ${k + 1}: ${im.width}×${im.height} px, ${im.mime}, sha256 ${String(im.sha256).slice(0, 12)}`;
+    const ext = IMAGE_EXT[im.mime];
+    if (!runId || !ext) return h("span", { class: "muted seg-image-missing" }, `[${label}]`);
+    return h("figure", { class: "seg-image" },
+      h("img", { src: `/api/run/image?${qs({ run: runId, name: `${im.sha256}.${ext}` })}`, alt: label, title: label,
+        width: im.width, height: im.height }),
+      h("figcaption", { class: "muted" }, `${im.width}×${im.height}`));
+  }));
 }
 
 function isVisible(el) {
