@@ -24,6 +24,7 @@ from rlfactory.train.batch import TrainBatch, collate, empty_batch, loss_tokens,
 from rlfactory.config import RunConfig
 from rlfactory.train.critic import Critic
 from rlfactory.train.data import step_generator
+from rlfactory.train.episodes import episode_advantages
 from rlfactory.train.logprobs import batched_logprobs
 from rlfactory.train.metrics import logprob_mismatch, tensor_stats
 from rlfactory.train.model import ReferencePolicy, apply_lora, make_optimizer, make_scheduler
@@ -143,5 +144,6 @@ class Learner:
             turn_adv, turn_mask = turn_advantages(algo, trajs, rewards, groups, valid)
             values = spread_over_tokens(turn_adv[idx][own], mine, batch.loss_mask.shape[1]).to(self.device)
             return Advantages(values, tensor_stats("adv", turn_adv[idx], turn_mask[idx]))
-        advantages = get_advantage(algo.advantage)(rewards, groups, valid)[idx]
+        # a branched episode (gateway) counts once in its group's baseline (episodes.py)
+        advantages = episode_advantages(get_advantage(algo.advantage), rewards, groups, valid, trajs)[idx]
         return Advantages(advantages[own].to(self.device), tensor_stats("adv", advantages))
