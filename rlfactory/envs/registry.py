@@ -36,6 +36,7 @@ _BUILTIN: dict[str, str] = {
     "python": "rlfactory.envs.code:CodeEnv",
     "sql": "rlfactory.envs.sql:SqlEnv",
     "calculator": "rlfactory.envs.calculator:CalculatorEnv",
+    "visual": "rlfactory.envs.visual:VisualEnv",
     "bfcl": "rlfactory.envs.bfcl:BfclEnv",
     "verifiers": "rlfactory.envs.adapters.verifiers_env:VerifiersEnv",
     "openenv": "rlfactory.envs.adapters.openenv_env:OpenEnvEnv",
