@@ -98,17 +98,50 @@ def test_the_solver_replayed_through_the_real_server_earns_the_whole_reward(unit
     assert all(q["reward_terms"] == {"exact_match": 1.0, "format": 1.0} for q in report["questions"])
 
 
-def test_the_config_lists_the_server_rolls_out_and_warm_starts(tmp_path, capsys):
-    assert main(["tools", "list", "--config", CONFIG]) == 0
-    listed = capsys.readouterr().out
-    assert "convert  [server: units]" in listed and "1 tool(s)" in listed
-    out = tmp_path / "units.jsonl"
-    assert main(["rollout", CONFIG, "--n", "2", "--limit", "4", "--out", str(out),
-                 "rollout.max_new_tokens=12"]) == 0
-    trajs = read_jsonl(out)
-    assert len(trajs) == 8 and all("convert" in t.segments[0].text for t in trajs)
-    assert "reward:       mean" in capsys.readouterr().out
-    sft_out = tmp_path / "sft"
-    assert main(["sft", CONFIG, "sft.steps=2", "sft.full_text_steps=1", "sft.demos=4", "sft.batch_size=2",
-                 "sft.check_rows=2", f"sft.out={sft_out}"]) == 0
-    assert json.loads((sft_out / "warm_start.json").read_text())["rows"] == 2
+def _readme_commands() -> list[list[str]]:
+    """The README's `.venv/bin/rlfactory ...` lines about examples/units, as argument lists."""
+    import shlex
+
+    lines = [line.strip() for line in (UNITS.parents[1] / "README.md").read_text().splitlines()]
+    return [shlex.split(line)[1:] for line in lines
+            if line.startswith(".venv/bin/rlfactory ") and "examples/units/" in line]
+
+
+def test_the_guide_commands_of_the_readme_run_as_printed(tmp_path, capsys, monkeypatch):
+    """README "Your own task", every command as printed, from a folder of their own (runs/ lands
+    there), on tiny budgets."""
+    import yaml
+
+    commands = _readme_commands()
+    assert [c[0] for c in commands] == ["tools", "rollout", "eval", "sft", "eval", "train", "eval", "experiment"]
+    steps = yaml.safe_load(Path(CONFIG).read_text())["trainer"]["steps"]
+    assert f"step_{steps:06d}" in " ".join(commands[6])  # the checkpoint that units.yaml's trainer.steps writes
+    monkeypatch.chdir(tmp_path)
+    small = {"rollout": ["rollout.max_new_tokens=12"],
+             "eval": ["--limit", "2", "rollout.max_new_tokens=12"],
+             "sft": ["sft.steps=2", "sft.full_text_steps=1", "sft.demos=4", "sft.batch_size=2", "sft.check_rows=2",
+                     f"sft.out={tmp_path / 'runs' / 'units' / 'sft'}"],
+             "train": ["trainer.steps=1", "trainer.prompts_per_step=2", "algo.group_size=2", "trainer.progress=false",
+                       f"trainer.run_dir={tmp_path / 'runs' / 'units' / 'grpo'}", "rollout.max_new_tokens=12"],
+             "experiment": ["sft.steps=2", "sft.demos=4", "sft.batch_size=2", "sft.check_rows=0", "trainer.steps=1",
+                            "trainer.prompts_per_step=2", "algo.group_size=2", "trainer.progress=false",
+                            "rollout.max_new_tokens=12", "--eval-limit", "2"]}
+    for argv in commands:
+        argv = [str(UNITS.parents[1] / a) if a.startswith("examples/") else a.replace(f"step_{steps:06d}", "step_000001")
+                for a in argv]
+        extra = small.get(argv[0], [])
+        # overrides right after the config: `experiment` takes no KEY=VALUE after its options
+        assert main([*argv[:2], *extra, *argv[2:]] if argv[0] != "tools" else argv) == 0, argv
+        out, err = capsys.readouterr()
+        if argv[0] == "tools":
+            assert "convert  [server: units]" in out and "1 tool(s)" in out
+        if argv[0] == "rollout":
+            trajs = read_jsonl(argv[argv.index("--out") + 1])
+            assert len(trajs) == 2 * int(argv[argv.index("--limit") + 1]) and "convert" in trajs[0].segments[0].text
+            assert "reward:       mean" in out
+        if argv[0] == "sft":
+            assert json.loads((tmp_path / "runs" / "units" / "sft" / "warm_start.json").read_text())["rows"] == 2
+        if argv[0] == "eval":
+            assert "2 questions (test)" in out and "reward/exact_match" in out
+        if argv[0] == "experiment":
+            assert "after GRPO" in out and (tmp_path / argv[argv.index("--out") + 1] / "results.json").is_file()
