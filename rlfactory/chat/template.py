@@ -7,6 +7,7 @@ assistant header, whatever the template's details are.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,9 @@ class ChatTemplate:
             raise ValueError("the tokenizer has no chat template; pass one")
         self.template_kwargs = {k: v for k, v in template_kwargs.items() if v is not None}
         self.replaced_chars = 0
+        # delta_after_turn's rendering of its context, by context: the families ask with one fixed
+        # context for every tool result, and each render is a full apply_chat_template.
+        self._context_renders: dict[str, str] = {}
         """Characters `encode` replaced because they were not valid Unicode."""
 
     def render(
@@ -106,7 +110,12 @@ class ChatTemplate:
     ) -> str:
         """Text the template adds after `context`'s last end-of-turn marker when `added` messages and
         the generation prompt follow. `context` must end with an assistant turn."""
-        base = self.render(context)
+        key = json.dumps(context, sort_keys=True, default=repr)
+        base = self._context_renders.get(key)
+        if base is None:
+            base = self.render(context)
+            if len(self._context_renders) < 64:
+                self._context_renders[key] = base
         cut = base.rfind(end_of_turn)
         if cut == -1:
             raise ValueError(f"the chat template does not end an assistant turn with {end_of_turn!r}")

@@ -149,3 +149,17 @@ def test_json_limits_are_malformed_with_a_reason_never_an_exception(qwen):
 def test_key_order_does_not_matter(qwen):
     r = qwen.parse('<tool_call>{"arguments": {"query": "Zor"}, "type": "function", "name": "search"}</tool_call>')
     assert r == ToolCalls([ToolCall("search", {"query": "Zor"})])
+
+
+def test_observations_render_the_fixed_context_once(tiny_tokenizer):
+    """Rendering an observation renders the chat template for its context once per manager, not per
+    tool result (it runs on the event loop beside generation); the texts are unchanged."""
+    qwen = Qwen3ToolManager(tiny_tokenizer)
+    renders = []
+    render = qwen.template.render
+    qwen.template.render = lambda *a, **k: renders.append(a) or render(*a, **k)
+    texts = [qwen.observation_text([ToolResult(text=f"passage {i}")]) for i in range(5)]
+    assert len(renders) == 1 + 5          # the context once, then each context + tool turn
+    fresh = Qwen3ToolManager(tiny_tokenizer)
+    assert texts == [fresh.observation_text([ToolResult(text=f"passage {i}")]) for i in range(5)]
+    assert "passage 3" in texts[3]
