@@ -189,7 +189,7 @@ class VisualEnv(Env):
                 {"role": "user", "content": [{"type": "text", "text": self.question(item)},
                                              {"type": "image", "image": url}]}]
 
-    def zoom(self, picture: str, x: int, y: int, size: int = 32) -> Any:
+    def zoom(self, picture: str, x: int, y: int, size: int = 32) -> str | list[Any]:
         """Show a square part of a picture at full resolution.
 
         Args:
