@@ -2,12 +2,14 @@
 
     python units_server.py        # speaks MCP over stdio; mcp.json starts it this way
 
-One tool, `convert(value, from_unit, to_unit)`. A bad unit is an error result the model sees.
+One tool, `convert(value, from_unit, to_unit)`. A bad unit is an error result whose message the
+model sees (raised as ToolError: the SDK hides the message of any other exception).
 """
 
 from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from unitconv import convert_text
@@ -20,7 +22,11 @@ async def convert(value: Annotated[float, Field(description="The amount.")],
                   from_unit: Annotated[str, Field(description="Its unit.")],
                   to_unit: Annotated[str, Field(description="The unit wanted.")]) -> str:
     """Convert an amount between units."""
-    return convert_text(value, from_unit, to_unit)
+    try:
+        return convert_text(value, from_unit, to_unit)
+    except ValueError as e:
+        # ToolError's message reaches the model; any other exception reads only "Error executing tool convert"
+        raise ToolError(str(e)) from e
 
 
 if __name__ == "__main__":

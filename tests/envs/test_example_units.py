@@ -98,6 +98,16 @@ def test_the_solver_replayed_through_the_real_server_earns_the_whole_reward(unit
     assert all(q["reward_terms"] == {"exact_match": 1.0, "format": 1.0} for q in report["questions"])
 
 
+def test_a_bad_unit_reaches_the_model_as_the_servers_message(capsys):
+    cfg = str(UNITS / "mcp.json")
+    assert main(["tools", "call", "convert", "--args", '{"value": 3, "from_unit": "tonnes", "to_unit": "minutes"}',
+                 "--config", cfg]) != 0
+    assert "cannot convert tonnes (mass) to minutes (time)" in capsys.readouterr().err
+    assert main(["tools", "call", "convert", "--args", '{"value": 3, "from_unit": "hours", "to_unit": "min"}',
+                 "--config", cfg]) == 0
+    assert capsys.readouterr().out.strip() == "3 hours = 180 minutes"
+
+
 def _readme_commands() -> list[list[str]]:
     """The README's `.venv/bin/rlfactory ...` lines about examples/units, as argument lists."""
     import shlex
