@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlfactory.cli.common import allow_overrides_after_options
+
 if TYPE_CHECKING:
     from rlfactory.config import RunConfig
 
@@ -34,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs/demo", help="run folder (default: runs/demo); replaced on each run")
     p.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N test questions only")
     p.set_defaults(func=run)
+    allow_overrides_after_options(p)
 
 
 def chain_queries(env: Any, rows: list[dict[str, Any]]) -> dict[Any, list[str]]:

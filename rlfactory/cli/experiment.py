@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlfactory.cli.common import allow_overrides_after_options
+
 if TYPE_CHECKING:
     from rlfactory.config import RunConfig
 
@@ -37,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="run folder (default: the parent of trainer.run_dir); replaced on each run")
     p.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N test rows only")
     p.set_defaults(func=run)
+    allow_overrides_after_options(p)
 
 
 def summarize(report: dict[str, Any]) -> dict[str, float]:
