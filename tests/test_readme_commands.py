@@ -106,7 +106,10 @@ def test_ui_serves_the_studio_behind_its_token(tmp_path):
     import httpx
 
     proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "ui", "--runs", str(tmp_path / "runs"),
-                             "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # Ctrl-C as in a terminal: a suite started in the background of a shell
+                            # without job control inherits SIGINT ignored, and so would the child.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         url = None
         for line in proc.stdout:

@@ -74,12 +74,20 @@ def test_restart_deletes_the_old_checkpoints_so_a_later_resume_cannot_pick_them(
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1]
 
 
+def as_in_a_terminal() -> None:
+    # A test suite started in the background of a shell without job control (as a CI runner may
+    # start it) inherits SIGINT *ignored*, and so would the child: the Ctrl-C below would never
+    # reach it. A terminal's foreground process has the default disposition; give it that.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_writes_a_checkpoint_whatever_save_every_says_and_resume_keeps_the_history(tmp_path, capsys):
     cfg = run_config(tmp_path, trainer={"steps": 200, "save_every": 0})
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "train", cfg], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_in_a_terminal)
     deadline = time.monotonic() + 180
     while len(read_metrics(run / "metrics.jsonl")) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
