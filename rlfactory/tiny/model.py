@@ -44,7 +44,6 @@ def make_tiny_model(out: str | Path, size: str = "1m", seed: int = 0) -> Path:
     """
     import torch
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
-    from transformers.utils import logging as hf_logging
 
     from rlfactory.chat.templates import load_template
     from rlfactory.tiny.tokenizer import SPECIAL_TOKENS, train_tokenizer
@@ -95,6 +94,19 @@ def make_tiny_model(out: str | Path, size: str = "1m", seed: int = 0) -> Path:
         model = Qwen3ForCausalLM(config)
     model.generation_config.eos_token_id = [eos_id, pad_id]
     model.generation_config.pad_token_id = pad_id
+    save_quietly(model, out)
+
+    marker = {"recipe_version": RECIPE_VERSION, "size": size, "seed": seed, "arch": asdict(arch),
+              "num_parameters": sum(p.numel() for p in model.parameters())}
+    (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    return out
+
+
+def save_quietly(model, out) -> None:
+    """`model.save_pretrained(out)` without transformers' progress bar (the tiny models are made on
+    first use, inside other commands' output)."""
+    from transformers.utils import logging as hf_logging
+
     progress_was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -102,8 +114,3 @@ def make_tiny_model(out: str | Path, size: str = "1m", seed: int = 0) -> Path:
     finally:
         if progress_was_on:
             hf_logging.enable_progress_bar()
-
-    marker = {"recipe_version": RECIPE_VERSION, "size": size, "seed": seed, "arch": asdict(arch),
-              "num_parameters": sum(p.numel() for p in model.parameters())}
-    (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-    return out

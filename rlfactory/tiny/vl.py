@@ -19,6 +19,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rlfactory.tiny.model import save_quietly
+
 VL_RECIPE_VERSION = 1
 VL_PREFIX = "tiny-vl:"
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
@@ -76,7 +78,6 @@ def make_tiny_vl_model(out: str | Path, size: str = "1m", seed: int = 0) -> Path
     import torch
     from transformers import PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-    from transformers.utils import logging as hf_logging
 
     from rlfactory.chat.templates import load_template
     from rlfactory.tiny.model import MARKER, SIZES
@@ -140,13 +141,7 @@ def make_tiny_vl_model(out: str | Path, size: str = "1m", seed: int = 0) -> Path
         model = Qwen2_5_VLForConditionalGeneration(config)
     model.generation_config.eos_token_id = [ids["<|im_end|>"], ids["<|endoftext|>"]]
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
-    progress_was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model.save_pretrained(out)
-    finally:
-        if progress_was_on:
-            hf_logging.enable_progress_bar()
+    save_quietly(model, out)
     marker = {"vl_recipe_version": VL_RECIPE_VERSION, "size": size, "seed": seed, "text": asdict(arch),
               "vision": asdict(vision), "num_parameters": sum(p.numel() for p in model.parameters())}
     (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
