@@ -13,10 +13,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "rlfactory"
 
-BOTTOM = {"", "config", "trajectory", "protocols", "registry", "imports", "text", "images"}
+BOTTOM = {"", "config", "trajectory", "protocols", "registry", "imports", "lazy", "text", "images"}
 """The bottom of the house: config sections and RunConfig, the Trajectory, the Protocols, the one
-registry and `module:attr` loader, and the small text and image helpers they share ("" is the
-package itself, `rlfactory.__version__`)."""
+registry and `module:attr` loader, a package's lazy exports, and the small text and image helpers
+they share ("" is the package itself, `rlfactory.__version__`)."""
 
 BOTTOM_MAY_NAME = {("rlfactory.config.run", "rlfactory.algos")}
 """The one way out of the bottom: `algo.advantage` and `algo.loss` are checked against algos'

@@ -21,8 +21,7 @@ config is validated. The sections are imported on first use, so a process that o
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlfactory.config.base import (
     ConfigError,
@@ -38,6 +37,7 @@ from rlfactory.config.base import (
     read_yaml,
     validate,
 )
+from rlfactory.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from rlfactory.config.env import EnvConfig
@@ -75,20 +75,7 @@ _SECTIONS = {
     "TrackerConfig": "tracker",
 }
 
-__all__ = sorted([
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SECTIONS, globals(), eager=[
     "ConfigError", "ConfigPath", "ExistingFile", "Section", "apply_overrides", "closest", "did_you_mean",
-    "dump_config", "format_validation_error", "load_config", "read_yaml", "validate", *_SECTIONS,
+    "dump_config", "format_validation_error", "load_config", "read_yaml", "validate",
 ])
-
-
-def __getattr__(name: str) -> Any:
-    module = _SECTIONS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlfactory.config' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"rlfactory.config.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__

@@ -15,8 +15,7 @@ works without Ray installed.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rlfactory.lazy import lazy_exports
 
 _EXPORTS = {
     "open_ray_rollout": "session",
@@ -31,14 +30,4 @@ _EXPORTS = {
     "require_ray": "cluster",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"rlfactory.distributed.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'rlfactory.distributed' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())

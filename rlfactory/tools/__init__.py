@@ -7,8 +7,7 @@ Names are imported lazily, so `import rlfactory.tools.base` stays cheap (no mcp,
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rlfactory.lazy import lazy_exports
 
 _WHERE = {
     "AgentTool": "agent_tool",
@@ -46,17 +45,4 @@ _BASE = [
 for _name in _BASE:
     _WHERE[_name] = "base"
 
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rlfactory.tools' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"rlfactory.tools.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _WHERE, globals())
