@@ -8,7 +8,7 @@ equals the template's rendering of the whole conversation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, Union
+from typing import Any, Protocol, Sequence, Union, runtime_checkable
 
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 
@@ -62,4 +62,15 @@ class ToolManager(Protocol):
 
     def stop_strings(self) -> list[str]:
         """Strings that end a model turn early (e.g. `</search>` for searchr1); often empty."""
+        ...
+
+
+@runtime_checkable
+class UserTurnRenderer(Protocol):
+    """A ToolManager that can also render a user message in the middle of an episode (an env's
+    `next_user_turn`): qwen3, llama3 and template do."""
+
+    def render_user_turn(self, text: str) -> list[int]:
+        """Ids of a user turn holding `text` plus the next assistant header: the exact delta the chat
+        template adds after an assistant turn's end, as `render_observation` is for tool turns."""
         ...

@@ -91,6 +91,9 @@ class Qwen3ToolManager:
     def render_observation(self, results: Sequence[ToolResult]) -> list[int]:
         return self.template.encode(self.observation_text(results))
 
+    def render_user_turn(self, text: str) -> list[int]:
+        return self.template.encode(self.template.user_turn_text(text, END_OF_TURN))
+
     def stop_token_ids(self) -> list[int]:
         names = [END_OF_TURN, "<|endoftext|>", getattr(self.tokenizer, "eos_token", None)]
         return sorted({i for i in (self.template.token_id(n) for n in names) if i is not None})

@@ -18,6 +18,9 @@ from rlfactory.tools.base import ToolCall, ToolSpec
 
 log = logging.getLogger("rlfactory.chat")
 
+USER_TURN_CONTEXT = "rlfactory-assistant-turn-before-a-user-turn"
+"""The content of the assistant turn `ChatTemplate.user_turn_text` renders a user turn after."""
+
 
 @dataclass
 class ModelTurn:
@@ -125,6 +128,22 @@ class ChatTemplate:
             raise ValueError("the chat template re-renders earlier turns when tool results follow; "
                              "observation ids cannot be a pure delta")
         return full[cut:]
+
+    def user_turn_text(self, text: str, end_of_turn: str) -> str:
+        """Text the template adds after an assistant turn's end-of-turn marker for a new user message
+        `text` plus the next assistant header (a multi-turn conversation's next user turn).
+
+        Unlike `delta_after_turn` this cuts the full rendering after the context's own assistant
+        turn (found by its marker content) instead of comparing it with the context rendered alone:
+        some templates render an assistant turn differently once a later user message follows
+        (Qwen3 drops its reasoning), which changes what comes before the cut, never what comes after."""
+        context = [{"role": "user", "content": "?"}, {"role": "assistant", "content": USER_TURN_CONTEXT}]
+        full = self.render(context + [{"role": "user", "content": text}], add_generation_prompt=True)
+        at = full.find(USER_TURN_CONTEXT)
+        end = full.find(end_of_turn, at + len(USER_TURN_CONTEXT)) if at != -1 else -1
+        if end == -1:
+            raise ValueError(f"the chat template does not end an assistant turn with {end_of_turn!r}")
+        return full[end + len(end_of_turn):]
 
     def reference_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                       end_of_turn: str) -> list[int]:

@@ -144,6 +144,11 @@ class TemplateToolManager:
     def render_observation(self, results: Sequence[ToolResult]) -> list[int]:
         return self.template.encode(self.observation_text(results))
 
+    def render_user_turn(self, text: str) -> list[int]:
+        # A plain user message renders the same in native and injected mode (only assistant calls
+        # and tool results differ), so the template's own rendering is the delta.
+        return self.template.encode(self.template.user_turn_text(text, self.end_of_turn))
+
     def stop_token_ids(self) -> list[int]:
         names = [self.end_of_turn, getattr(self.tokenizer, "eos_token", None)]
         ids = {i for i in (self.template.token_id(n) for n in names) if i is not None}
