@@ -43,3 +43,21 @@ def test_override_without_equals_is_an_error():
 def test_override_into_scalar_is_an_error():
     with pytest.raises(ConfigError, match="not a section"):
         apply_overrides({"trainer": 3}, ["trainer.lr=1"])
+
+
+@pytest.mark.parametrize("override", [
+    "rollout.max_new_tokens=0", "rollout.max_calls_per_turn=0", "rollout.max_turns=0", "rollout.max_concurrent=-1",
+    "algo.group_size=0", "algo.epochs=0", "algo.minibatch_size=0", "trainer.keep_last=0",
+])
+def test_a_count_below_one_names_its_key(tmp_path, override):
+    p = write(tmp_path, "{}\n")
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{key} must be >= 1") as e:
+        load_config(RunConfig, p, [override])
+    assert str(p) in str(e.value)
+
+
+def test_an_unset_optional_count_passes():
+    cfg = RunConfig.model_validate({"rollout": {"max_turns": None, "max_concurrent": None},
+                                    "algo": {"minibatch_size": None}})
+    assert cfg.rollout.max_turns is None and cfg.algo.minibatch_size is None

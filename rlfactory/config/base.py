@@ -46,6 +46,15 @@ class Section(BaseModel):
                               use_attribute_docstrings=True)
 
 
+def require_at_least_one(section: BaseModel, key: str, *names: str) -> None:
+    """Raise `ValueError("{key}.{name} must be >= 1")` for the first of `names` whose value is below
+    1; a None value is unset and passes. The one check behind the sections' counts and sizes."""
+    for name in names:
+        value = getattr(section, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{key}.{name} must be >= 1")
+
+
 def _resolve(value: str | None, info: ValidationInfo, must_exist: bool) -> str | None:
     if value is None or value == "":
         return value

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
-from rlfactory.config.base import Section
+from rlfactory.config.base import Section, require_at_least_one
 
 TOOL_FAILURE_STATUSES = ("error", "timeout", "invalid_arguments", "unknown_tool", "crashed", "circuit_open",
                          "unresponsive")
@@ -127,6 +127,28 @@ class RolloutConfig(Section):
     crashed: the server died and could not be restarted; circuit_open: it crashed repeatedly
     and is cooling down; unresponsive: a timeout of a server that answers nothing at all (an
     ordinary `timeout` of a slow call stays the model's)."""
+    context: Literal["keep", "drop_thinking", "sliding_window", "summarize"] = "keep"
+    """What the model sees of its own history from the second turn on (rlfactory/rollout/context.py).
+    keep: the whole conversation as sampled, one growing sequence. drop_thinking: the conversation
+    re-rendered by the chat template with the `<think>` blocks of earlier turns left out (as Qwen3's
+    template does). sliding_window: the prompt (system and first user turn) and the last
+    `context_turns` turns, as sampled. summarize: once the context passes `summarize_at` tokens,
+    the older turns are replaced by a summary that the policy (or `summary_tool`) writes. When the
+    next prompt does not extend the previous one token for token, a new sample of the same episode
+    starts (DESIGN.md "Branches"): it shares the episode's reward and advantage, and its prompt
+    holds the rewritten history (loss mask 0). rollout.max_total_tokens then bounds each prompt
+    the model sees, not the whole episode."""
+    context_turns: int = 4
+    """sliding_window: how many of the latest turns (a model turn and its tool results) stay."""
+    summarize_at: int | None = None
+    """summarize: the context size (tokens) past which older turns are summarised; unset = 3/4 of
+    max_total_tokens."""
+    summary_tool: str | None = None
+    """summarize: the tool (e.g. a model tool) that writes the summary, called with `{"text": the
+    conversation}`; unset = the policy writes it (its tokens are context of the next sample, not
+    trained)."""
+    summary_max_tokens: int = 128
+    """summarize: most tokens of a summary the policy writes."""
     cuda_graphs: bool = True
     """Local generator on a CUDA device: run decode steps at fixed shapes replayed from a CUDA
     graph (recorded per rollout and cache size; sdpa or eager attention). Same tokens as without;
@@ -134,13 +156,13 @@ class RolloutConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> "RolloutConfig":
-        for name in ("max_new_tokens", "max_total_tokens", "max_observation_tokens", "max_batch", "max_calls_per_turn"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"rollout.{name} must be >= 1")
-        if self.max_turns is not None and self.max_turns < 1:
-            raise ValueError("rollout.max_turns must be >= 1")
-        if self.max_concurrent is not None and self.max_concurrent < 1:
-            raise ValueError("rollout.max_concurrent must be >= 1")
+        require_at_least_one(self, "rollout", "max_new_tokens", "max_total_tokens", "max_observation_tokens",
+                             "max_batch", "max_calls_per_turn", "max_turns", "max_concurrent")
+        if self.context_turns < 1 or self.summary_max_tokens < 1:
+            raise ValueError("rollout.context_turns and rollout.summary_max_tokens must be >= 1")
+        if self.summarize_at is not None and not 1 <= self.summarize_at < self.max_total_tokens:
+            raise ValueError(f"rollout.summarize_at must be between 1 and rollout.max_total_tokens "
+                             f"({self.max_total_tokens}), got {self.summarize_at}")
         unknown = [s for s in self.infra_statuses if s not in TOOL_FAILURE_STATUSES]
         if unknown:
             raise ValueError(f"rollout.infra_statuses: {', '.join(map(repr, unknown))} is not a failed tool call's "

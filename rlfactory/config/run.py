@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from rlfactory.config.base import ConfigPath, Section
+from rlfactory.config.base import ConfigPath, Section, require_at_least_one
 from rlfactory.config.env import EnvConfig
 from rlfactory.config.fsdp import FsdpConfig
 from rlfactory.config.generator import GeneratorConfig
@@ -117,16 +117,10 @@ class AlgoConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> "AlgoConfig":
-        if self.group_size < 1:
-            raise ValueError("algo.group_size must be >= 1")
-        if self.epochs < 1:
-            raise ValueError("algo.epochs must be >= 1")
+        require_at_least_one(self, "algo", "group_size", "epochs")
         if self.micro_batch_tokens is not None and not self.group_by_length:
             raise ValueError("algo.micro_batch_tokens needs algo.group_by_length: true")
-        for name in ("minibatch_size", "micro_batch_size", "micro_batch_tokens"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ValueError(f"algo.{name} must be >= 1")
+        require_at_least_one(self, "algo", "minibatch_size", "micro_batch_size", "micro_batch_tokens")
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ValueError("algo.tis_cap must be > 0 (or null for no importance weight)")
         return self
@@ -214,8 +208,7 @@ class TrainerConfig(Section):
     def _check(self) -> "TrainerConfig":
         if self.steps < 0 or self.prompts_per_step < 1:
             raise ValueError("trainer.steps must be >= 0 and trainer.prompts_per_step >= 1")
-        if self.keep_last < 1:
-            raise ValueError("trainer.keep_last must be >= 1")
+        require_at_least_one(self, "trainer", "keep_last")
         if self.max_staleness < 0:
             raise ValueError("trainer.max_staleness must be >= 0 (0 = synchronous training)")
         if any(n is not None and n < 1 for n in (self.learner_threads, self.generator_threads)):
