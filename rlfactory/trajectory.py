@@ -58,6 +58,22 @@ class ToolCallRecord:
 
 
 @dataclass
+class Branch:
+    """Where a rollout's history was rewritten (`rollout.context`; DESIGN.md "Branches"): the
+    turns from segment `at` on were generated from `prompt_ids` (the rewritten history), not from
+    the segments before `at`. A trajectory with branches is trained as its samples
+    (`rlfactory.rollout.branches.episode_samples`), one per branch plus the first."""
+
+    at: int
+    """Index into `Trajectory.segments` of the first segment generated from `prompt_ids`."""
+    prompt_ids: list[int]
+    prompt_text: str
+    first_diff: int
+    """The first token where `prompt_ids` differs from the sample before it."""
+    reason: str
+
+
+@dataclass
 class Trajectory:
     id: str
     """Unique within one rollout call: `<group>-<k>` for the k-th sample of its group."""
@@ -75,6 +91,10 @@ class Trajectory:
     error: str | None = None  # what went wrong, for infra_error
     metrics: dict[str, float] = field(default_factory=dict)  # timings and counts from the rollout engine
     advantage: float | None = None  # set by the trainer (gae: the mean over the model tokens); None = not trained on
+    branches: list[Branch] = field(default_factory=list)
+    """Where `rollout.context` rewrote the history the model saw (empty: never, the segments are
+    one sequence as sampled). With branches, `input_ids` is the conversation as it happened, not
+    what the model saw after a branch; the trainer learns from `episode_samples(trajectory)`."""
 
     @property
     def input_ids(self) -> list[int]:
@@ -120,6 +140,8 @@ class Trajectory:
                 del out["images"]  # lines without images stay as they were
             else:
                 out["images"] = [im.ref() for im in seg.images]
+        if not self.branches:
+            del d["branches"]  # an unbranched trajectory's line stays as it was
         return d
 
     def images(self) -> list[Image]:
@@ -131,6 +153,7 @@ class Trajectory:
         d = dict(d)
         d["segments"] = [_segment(s) for s in d.get("segments", [])]
         d["tool_calls"] = [ToolCallRecord(**c) for c in d.get("tool_calls", [])]
+        d["branches"] = [Branch(**b) for b in d.get("branches", [])]
         return cls(**d)
 
     def to_json(self) -> str:

@@ -15,7 +15,8 @@ A call whose sample was extended by another call while it generated (parallel ca
 state), and choices 2..n of an `n > 1` call, also start new samples: their prompt segment is the
 state they continued from, so every sampled token is trained in exactly one sample.
 
-Every sample of an episode shares its reward and status (`Episode.trajectories`).
+Every sample of an episode shares its reward and status (`Episode.trajectories`). The matching
+helpers are rollout/branches.py's, which rlfactory's own rollouts share (`rollout.context`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rlfactory.protocols import GenResult
+from rlfactory.rollout.branches import branch_reason, extends
 from rlfactory.tools.base import ToolCall
 from rlfactory.trajectory import Segment, Status, ToolCallRecord, Trajectory
 
@@ -58,15 +60,6 @@ class Match:
     branch: dict[str, Any] | None = None
 
 
-def first_difference(a: list[int], b: list[int]) -> int:
-    """The first index where `a` and `b` differ (the shorter length when one is a prefix)."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 class Episode:
     """The samples of one episode (one key), built call by call."""
 
@@ -92,21 +85,14 @@ class Episode:
         best: Match | None = None
         for i, s in enumerate(self.samples):
             ids = s.ids
-            if len(ids) <= len(prompt) and prompt[: len(ids)] == ids and (best is None or len(ids) > best.ids_len):
+            if extends(prompt, ids) and (best is None or len(ids) > best.ids_len):
                 best = Match(i, len(s.segments), len(ids))
         if best is not None:
             return best
         if not self.samples:
             return Match(None)
         ref = self._last if self._last is not None else len(self.samples) - 1
-        ids = self.samples[ref].ids
-        diff = first_difference(ids, prompt)
-        if diff == len(prompt):
-            reason = (f"the prompt ({len(prompt)} tokens) is shorter than sample {ref} ({len(ids)} tokens) "
-                      "and ends inside it")
-        else:
-            was, now = self.decode(ids[diff: diff + 8]), self.decode(prompt[diff: diff + 8])
-            reason = f"history rewritten: at token {diff} sample {ref} has {was!r}, the prompt has {now!r}"
+        diff, reason = branch_reason(self.samples[ref].ids, prompt, self.decode, f"sample {ref}")
         return Match(None, branch={"from_sample": ref, "first_diff": diff, "reason": reason})
 
     def record(self, match: Match, prompt: list[int], results: list[GenResult], version: int,

@@ -6,7 +6,8 @@ choices fork without training a token twice, and every sample carries the episod
 from __future__ import annotations
 
 from rlfactory.protocols import GenResult
-from rlfactory.serve.gateway_record import BY_AGENT, Episode, first_difference
+from rlfactory.rollout.branches import first_difference
+from rlfactory.serve.gateway_record import BY_AGENT, Episode
 from rlfactory.tools.base import ToolCall
 
 
