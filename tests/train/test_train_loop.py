@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,10 +19,9 @@ from rlfactory.cli.main import main
 from rlfactory.config import RunConfig, load_config
 from rlfactory.rewards.rule import RuleReward
 from rlfactory.run_state import describe, read_run_state
-from rlfactory.train.loop import Trainer
 from rlfactory.train.runlog import read_metrics
 from rlfactory.train.step import TrainingStep
-from train_fixtures import make_traj, run_config, tiny_qwen3
+from train_fixtures import FixedEngine, fixed_trainer, make_traj, record_updates, run_config
 
 HERE = Path(__file__).parent
 REQUIRED = [
@@ -175,18 +173,6 @@ def test_algorithm_variants_train(tmp_path, variant):
         assert main(["eval", cfg_path, "--model", str(model_dir), "--limit", "1"]) == 0
 
 
-class _FixedEngine:
-    """Unit-test stand-in for the rollout engine: returns hand-built trajectories."""
-
-    def __init__(self, trajs):
-        self.trajs = trajs
-        self.sampling = None
-
-    async def run(self, rows, n, policy_version=0, *, seeds=None, priority=0):
-        assert len(rows) * n == len(self.trajs)
-        return self.trajs
-
-
 def test_infra_error_trajectories_are_left_out_of_baseline_and_loss(tmp_path):
     def traj(ids, group, tid):
         return make_traj([("prompt", [1, 2]), ("model", ids)], group, tid)
@@ -194,32 +180,14 @@ def test_infra_error_trajectories_are_left_out_of_baseline_and_loss(tmp_path):
     broken = traj([3, 4], "g0", "b")
     broken.status, broken.error = "infra_error", "tool server died"
     trajs = [traj([60, 61], "g0", "a"), broken, traj([5, 6], "g1", "c"), traj([8, 7], "g1", "d")]
-    model = tiny_qwen3()
-    session = SimpleNamespace(engine=_FixedEngine(trajs), generator=SimpleNamespace(model=model, pad_id=0), model=model,
-                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
-    cfg = load_config(RunConfig, run_config(tmp_path, algo={"group_size": 2}, trainer={"prompts_per_step": 2}))
     reward = RuleReward({"train_fixtures:first_token_even": 1.0})  # raises if asked to score an infra_error
-    trainer = Trainer(cfg, session, reward, train_rows=[{"id": 0}, {"id": 1}])
-    seen = {}
-    real = trainer.learner.update
-
-    class Recording:
-        def single_pass(self, n):
-            return real.single_pass(n)
-
-        def passes(self, *args):
-            return real.passes(*args)
-
-        def __call__(self, data, gen, layout=None):
-            seen["data"] = data
-            return real(data, gen, layout)
-
-    trainer.learner.update = Recording()
+    trainer = fixed_trainer(tmp_path, FixedEngine(trajs), reward)
+    updates = record_updates(trainer)
     metrics, out = asyncio.run(trainer.step(1))
     assert out[1].reward is None and metrics["status/infra_error"] == 1
     assert [t.reward for t in out] == [1.0, None, 0.0, 1.0]
     assert metrics["batch/kept"] == 3  # the broken one is out of the loss
-    data = seen["data"]
+    [data] = updates
     assert len(data.batch) == 3
     # group g0 has one valid member left: nothing to compare against, advantage 0 (not 1 - 0.5)
     assert data.advantages[0].item() == 0.0

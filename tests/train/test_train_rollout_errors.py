@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from types import SimpleNamespace
 
 import pytest
 
-from rlfactory.config import RunConfig, load_config
 from rlfactory.rewards.rule import RuleReward
-from rlfactory.train.loop import Trainer
 from rlfactory.train.step import MAX_FAILED_ROLLOUTS
-from train_fixtures import make_traj, run_config, tiny_qwen3
+from train_fixtures import fixed_trainer, make_traj
 
 
 class FlakyEngine:
@@ -36,13 +33,9 @@ class FlakyEngine:
 
 
 def test_a_rollout_that_raises_costs_its_step_only_then_stops_the_run(tmp_path, caplog):
-    model = tiny_qwen3()
     engine = FlakyEngine(broken={1, 3, 4, 5})
-    session = SimpleNamespace(engine=engine, generator=SimpleNamespace(model=model, pad_id=0), model=model,
-                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
-    cfg = load_config(RunConfig, run_config(tmp_path, algo={"group_size": 2}, trainer={"prompts_per_step": 2}))
-    trainer = Trainer(cfg, session, RuleReward({"train_fixtures:first_token_even": 1.0}),
-                      train_rows=[{"id": "a"}, {"id": "b"}])
+    trainer = fixed_trainer(tmp_path, engine, RuleReward({"train_fixtures:first_token_even": 1.0}),
+                            rows=[{"id": "a"}, {"id": "b"}])
 
     with caplog.at_level(logging.ERROR, logger="rlfactory.train"):
         metrics, trajs = asyncio.run(trainer.step(1))

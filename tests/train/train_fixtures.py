@@ -77,3 +77,49 @@ def turn_low_ids(trajectory, turn) -> float:
     """A turn term with signal for an untrained model: share of the turn's tokens with id < 500."""
     ids = turn.segment.token_ids
     return sum(1 for t in ids if t < 500) / len(ids) if ids else 0.0
+
+
+class FixedEngine:
+    """Unit-test stand-in for the rollout engine: every step returns the same hand-built trajectories."""
+
+    def __init__(self, trajs: list[Trajectory]) -> None:
+        self.trajs, self.sampling = trajs, None
+
+    async def run(self, rows, n, policy_version=0, *, seeds=None, priority=0):
+        return self.trajs
+
+
+def fixed_trainer(tmp_path, engine, reward, rows=({"id": 0}, {"id": 1})):
+    """A Trainer on tiny_qwen3 (groups of two, a step of `rows`) whose rollouts come from `engine`:
+    a FixedEngine, or any object with the engine's `run`."""
+    from types import SimpleNamespace
+
+    from rlfactory.config import RunConfig, load_config
+    from rlfactory.train.loop import Trainer
+
+    model = tiny_qwen3()
+    session = SimpleNamespace(engine=engine, generator=SimpleNamespace(model=model, pad_id=0), model=model,
+                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
+    cfg = load_config(RunConfig, run_config(tmp_path, algo={"group_size": 2}, trainer={"prompts_per_step": len(rows)}))
+    return Trainer(cfg, session, reward, train_rows=list(rows))
+
+
+def record_updates(trainer) -> list:
+    """Wrap the trainer's learner update so that the UpdateData of each call is appended to the
+    returned list (the update itself still runs)."""
+    seen = []
+    real = trainer.learner.update
+
+    class Recording:
+        def single_pass(self, n):
+            return real.single_pass(n)
+
+        def passes(self, *args):
+            return real.passes(*args)
+
+        def __call__(self, data, gen, layout=None):
+            seen.append(data)
+            return real(data, gen, layout)
+
+    trainer.learner.update = Recording()
+    return seen

@@ -4,6 +4,7 @@ token-mean loss; trajectories without episodes get exactly the estimator's advan
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import torch
@@ -13,6 +14,7 @@ from rlfactory.protocols import GenResult
 from rlfactory.serve.gateway_record import Episode
 from rlfactory.train.episodes import episode_advantages, episode_firsts
 from rlfactory.trajectory import Trajectory
+from train_fixtures import FixedEngine, fixed_trainer, record_updates
 
 
 def decode(ids):
@@ -73,57 +75,19 @@ def test_trajectories_without_episodes_get_the_estimators_advantages():
         assert torch.equal(episode_advantages(fn, *tensors(trajs), trajs), fn(*tensors(trajs)))
 
 
-class _Episodes:
-    """Unit-test stand-in for the agent engine: returns hand-built gateway episodes."""
-
-    def __init__(self, trajs):
-        self.trajs, self.sampling = trajs, None
-
-    async def run(self, rows, n, policy_version=0, *, seeds=None, priority=0):
-        return self.trajs
-
-
 def test_the_trainer_counts_a_branched_episode_once_in_its_baseline(tmp_path):
-    import asyncio
-    import sys
-    from pathlib import Path
-    from types import SimpleNamespace
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-    from train_fixtures import run_config, tiny_qwen3
-
-    from rlfactory.config import RunConfig, load_config
     from rlfactory.serve.gateway_agents import EpisodeReward
-    from rlfactory.train.loop import Trainer
 
     a = three_sample_episode()  # group g, reward 1
     b = one_sample_episode(0.0, 1, [11])  # group g, reward 0
     c = [Trajectory(f"h-{k}", "h", segments=[s for s in one_sample_episode(r, k, [12 + k])[0].segments], reward=r)
          for k, r in enumerate([1.0, 0.0])]  # plain trajectories, no episode
     trajs = a + b + c
-    model = tiny_qwen3()
-    session = SimpleNamespace(engine=_Episodes(trajs), generator=SimpleNamespace(model=model, pad_id=0), model=model,
-                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
-    cfg = load_config(RunConfig, run_config(tmp_path, algo={"group_size": 2}, trainer={"prompts_per_step": 2}))
-    trainer = Trainer(cfg, session, EpisodeReward(), train_rows=[{"id": 0}, {"id": 1}])
-    seen = {}
-    real = trainer.learner.update
-
-    class Recording:
-        def single_pass(self, n):
-            return real.single_pass(n)
-
-        def passes(self, *args):
-            return real.passes(*args)
-
-        def __call__(self, data, gen, layout=None):
-            seen["adv"] = data.advantages.tolist()
-            return real(data, gen, layout)
-
-    trainer.learner.update = Recording()
+    trainer = fixed_trainer(tmp_path, FixedEngine(trajs), EpisodeReward())
+    updates = record_updates(trainer)
     metrics, out = asyncio.run(trainer.step(1))
     assert metrics["batch/kept"] == 6
-    adv, half = seen["adv"], 1 / math.sqrt(2)
+    adv, half = updates[0].advantages.tolist(), 1 / math.sqrt(2)
     assert all(math.isclose(x, half, rel_tol=1e-4) for x in adv[:3])  # the 3 samples of the episode that won
     assert math.isclose(adv[3], -half, rel_tol=1e-4)  # counted per sample, the baseline would be 0.75
     assert math.isclose(adv[4], half, rel_tol=1e-4) and math.isclose(adv[5], -half, rel_tol=1e-4)
