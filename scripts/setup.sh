@@ -41,11 +41,20 @@ bfcl_eval() {
     || .venv/bin/python -m pip --disable-pip-version-check -q install --no-deps "bfcl-eval==2026.3.23" \
     || echo "warning: pip install bfcl-eval failed; the BFCL tests will be skipped" >&2
 }
+# verifiers (env.name: verifiers, tests/envs/test_envs_adapters.py). --no-deps: verifiers 0.4.0 pins
+# mcp==2.0.0 and rlfactory runs mcp 2.3 (every mcp name verifiers imports is there); what its v1 API
+# imports is the `verifiers` extra (in dev).
+verifiers_pkg() {
+  .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('verifiers') is None)" 2>/dev/null \
+    || .venv/bin/python -m pip --disable-pip-version-check -q install --no-deps "verifiers==0.4.0" \
+    || echo "warning: pip install verifiers failed; the verifiers adapter's tests will be skipped" >&2
+}
 stamp=".venv/.rlfactory-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "import rlfactory" 2>/dev/null; then
   smollm2
   bfcl_eval
+  verifiers_pkg
   exit 0
 fi
 [ -x .venv/bin/python ] || "$py" -m venv .venv
@@ -55,5 +64,6 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${pip[@]}" install -e ".[dev]"
 smollm2
 bfcl_eval
+verifiers_pkg
 echo "$want" > "$stamp"
 echo "rlfactory installed in $root/.venv"
