@@ -65,6 +65,7 @@ class AgentTool:
         tools: Sequence[str] | None = None,
         timeout_s: float | None = None,
         cache: bool | None = False,
+        max_concurrency: int | None = None,
     ) -> None:
         self.name = name
         self.description = description
@@ -73,6 +74,7 @@ class AgentTool:
         self.model_fn: ModelFn | None = getattr(model, "complete", model)
         self.allowed_tools = list(tools) if tools is not None else None
         self.timeout_s = timeout_s
+        self.max_concurrency = max_concurrency
         self.cache = cache
         self._handle: ToolHandle | None = None
 

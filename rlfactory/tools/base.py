@@ -1,6 +1,9 @@
 """The tool contract: what every tool is, what a call is, and what a call returns.
 
-Everything in rlfactory that runs a tool speaks these types. A tool error is a `ToolResult`
+Everything in rlfactory that runs a tool speaks these types: `Tool` (name, description, JSON-schema
+`parameters`, `call`) and what a tool may offer besides, each a Protocol checked with `isinstance`:
+`CallOptions` (its own timeout, concurrency and cache defaults), `UsesRunner` (`bind_runner`),
+`ClosesAsync` (`aclose`). The package imports only the bottom, so every layer may name them. A tool error is a `ToolResult`
 with `is_error=True` that the model reads as an observation; it is never an exception in the
 training loop.
 """
@@ -86,6 +89,37 @@ class Tool(Protocol):
     parameters: dict[str, Any]
 
     async def call(self, arguments: dict[str, Any]) -> ToolResult: ...
+
+
+@runtime_checkable
+class CallOptions(Protocol):
+    """A tool that carries its own defaults for how the ToolRunner calls it (FunctionTool, MCPTool,
+    ModelTool, AgentTool do). `tools.per_tool.<name>` overrides each; None (or a tool without
+    them) leaves it to the `tools:` section."""
+
+    timeout_s: float | None
+    """Seconds a call may take, retries included."""
+    max_concurrency: int | None
+    """Calls of this tool running at once."""
+    cache: bool | None
+    """Whether results are cached (False for tools whose answer may change between calls)."""
+
+
+@runtime_checkable
+class UsesRunner(Protocol):
+    """A tool that calls other tools through the runner that holds it (AgentTool)."""
+
+    def bind_runner(self, runner: Any) -> None:
+        """Called once by the ToolRunner the tool is given to (`runner`: that ToolRunner)."""
+        ...
+
+
+@runtime_checkable
+class ClosesAsync(Protocol):
+    """A tool that holds something to release (a client, a process); the runner closes it last."""
+
+    async def aclose(self) -> None:
+        ...
 
 
 def spec_of(tool: Tool) -> ToolSpec:

@@ -52,6 +52,7 @@ class ModelTool:
         request_timeout_s: float = 120.0,
         timeout_s: float | None = None,
         cache: bool | None = False,
+        max_concurrency: int | None = None,
     ) -> None:
         if (base_url is None) == (hf_model is None):
             raise ValueError("ModelTool needs exactly one of base_url (an endpoint) or hf_model (+ tokenizer)")
@@ -72,6 +73,7 @@ class ModelTool:
         self.temperature = temperature
         self.request_timeout_s = request_timeout_s
         self.timeout_s = timeout_s
+        self.max_concurrency = max_concurrency
         self.cache = cache
         self._client: httpx.AsyncClient | None = None
         self._generate_lock = threading.Lock()

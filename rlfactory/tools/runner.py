@@ -36,11 +36,14 @@ from rlfactory.tools.base import (
     TIMEOUT,
     UNKNOWN_TOOL,
     UNRESPONSIVE,
+    CallOptions,
+    ClosesAsync,
     Tool,
     ToolCall,
     ToolResult,
     ToolSpec,
     TransportError,
+    UsesRunner,
 )
 from rlfactory.tools.cache import ResultCache, canonical_arguments
 from rlfactory.config import ToolOptions, ToolsConfig
@@ -127,9 +130,8 @@ class ToolRunner:
         self._unknown_calls = 0
         self._closed = False
         for t in self._local:
-            bind = getattr(t, "bind_runner", None)
-            if callable(bind):
-                bind(self)
+            if isinstance(t, UsesRunner):
+                t.bind_runner(self)
         self._reindex()
 
     @classmethod
@@ -188,10 +190,9 @@ class ToolRunner:
         finally:
             self._cache.close()
             for t in self._local:
-                close = getattr(t, "aclose", None)
-                if callable(close):
+                if isinstance(t, ClosesAsync):
                     try:
-                        await close()
+                        await t.aclose()
                     except Exception as e:
                         log.warning("closing tool %r failed: %r", t.name, e)
 
@@ -220,7 +221,7 @@ class ToolRunner:
             qualified = f"{server}.{tool.name}" if server else tool.name
             clash = counts[tool.name] > 1 or self.config.qualify_names
             name = qualified if server and clash else tool.name
-            key = (name, server, getattr(tool, "remote_name", tool.name))
+            key = (name, server, tool.remote_name if isinstance(tool, MCPTool) else tool.name)
             entry = self._made.get(key)
             if entry is None:  # a server that comes up later keeps the entries (and slots) of the others
                 if isinstance(tool, MCPTool) and name != tool.name:
@@ -240,13 +241,15 @@ class ToolRunner:
                         did_you_mean(name, self._entries), ", ".join(e.name for e in self._visible) or "none")
 
     def _entry(self, name: str, tool: Tool, server: str | None) -> _Entry:
-        remote = getattr(tool, "remote_name", tool.name)
+        mcp = tool if isinstance(tool, MCPTool) else None
+        remote = mcp.remote_name if mcp else tool.name
         opts = self.config.per_tool.get(name) or self.config.per_tool.get(f"{server}.{remote}") or ToolOptions()
-        cache_on = opts.cache if opts.cache is not None else getattr(tool, "cache", None)
+        own = tool if isinstance(tool, CallOptions) else ToolOptions()  # the tool's own defaults, if it has any
+        cache_on = opts.cache if opts.cache is not None else own.cache
         if cache_on is None:
             cache_on = self.config.cache
-        limit = opts.max_concurrency or getattr(tool, "max_concurrency", None)
-        limits = tuple(s for s in (asyncio.Semaphore(limit) if limit else None, getattr(tool, "limiter", None)) if s)
+        limit = opts.max_concurrency or own.max_concurrency
+        limits = tuple(s for s in (asyncio.Semaphore(limit) if limit else None, mcp.limiter if mcp else None) if s)
         metrics = self._metrics.setdefault(name, MetricsRecorder())
         return _Entry(
             name=name,
@@ -254,8 +257,8 @@ class ToolRunner:
             spec=ToolSpec(name, tool.description or "", tool.parameters),
             server=server,
             validator=ArgumentValidator.for_schema(name, tool.parameters),
-            timeout_s=opts.timeout_s or getattr(tool, "timeout_s", None) or self.config.timeout_s,
-            cache_id=str(getattr(tool, "cache_id", name)) if cache_on else None,
+            timeout_s=opts.timeout_s or own.timeout_s or self.config.timeout_s,
+            cache_id=(mcp.cache_id if mcp else name) if cache_on else None,
             max_chars=opts.max_output_chars or self.config.max_output_chars,
             limits=limits,
             metrics=metrics,

@@ -265,3 +265,53 @@ def test_from_config_merges_config_tools_with_env_tools(tmp_path):
             assert [x.text for x in out] == ["3.0", "e", "p!"]
 
     asyncio.run(main())
+
+
+class _Plain:
+    """A Tool with nothing but the protocol's members: the `tools:` section's defaults apply."""
+
+    name, description = "plain", "Sleep."
+    parameters = {"type": "object", "properties": {"seconds": {"type": "number"}}}
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def call(self, arguments):
+        from rlfactory.tools import ToolResult
+
+        await asyncio.sleep(arguments["seconds"])
+        return ToolResult("slept")
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+
+def test_a_tools_own_call_options_apply_unless_per_tool_overrides_them():
+    from rlfactory.tools import AgentTool, ModelTool, function_tool
+    from rlfactory.tools.base import CallOptions, ClosesAsync, UsesRunner
+
+    async def slow(seconds: float) -> str:
+        """Sleep in-process."""
+        await asyncio.sleep(seconds)
+        return "done"
+
+    async def main():
+        own = function_tool(slow, name="own", timeout_s=0.2, cache=False)
+        overridden = function_tool(slow, name="overridden", timeout_s=0.2)
+        plain = _Plain()
+        cfg = ToolsConfig(timeout_s=0.6, per_tool={"overridden": ToolOptions(timeout_s=5)})
+        async with ToolRunner([own, overridden, plain], cfg) as r:
+            a, b, c, d = await r.run([ToolCall("own", {"seconds": 0.4}), ToolCall("overridden", {"seconds": 0.4}),
+                                      ToolCall("plain", {"seconds": 0.4}), ToolCall("plain", {"seconds": 1.0})])
+            assert a.status == TIMEOUT and "timed out after 0.2s" in a.text  # its own 0.2 s, not the section's
+            assert b.status == OK and c.status == OK  # per_tool's 5 s; the section's 0.6 s
+            assert d.status == TIMEOUT and "timed out after 0.6s" in d.text
+        assert plain.closed == 1  # ClosesAsync: the runner closed it
+
+    asyncio.run(main())
+    agent = AgentTool("agent", "An agent.", lambda args, handle, model: "x", timeout_s=3)
+    model = ModelTool("m", "A model.", base_url="http://127.0.0.1:9", model="m", timeout_s=3)
+    assert isinstance(agent, CallOptions) and isinstance(model, CallOptions) and isinstance(agent, UsesRunner)
+    assert isinstance(model, ClosesAsync) and not isinstance(_Plain(), CallOptions)
+    runner = ToolRunner([agent], ToolsConfig(timeout_s=9))
+    assert runner._entries["agent"].timeout_s == 3 and agent._handle is not None  # bound to its runner
