@@ -347,7 +347,7 @@ def main() -> None:
 
     print(f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
           f"torch threads {torch.get_num_threads()}; load average {loadavg()}")
-    from rlfactory.rollout.model_source import pick_device
+    from rlfactory.generation.model_source import pick_device
 
     device = pick_device("auto")  # model.device is "auto" (the default) in these configs
     print(f"device {device}" + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")

@@ -124,7 +124,7 @@ def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Names
     from rlfactory.algos.advantages import get_advantage
     from rlfactory.config import SamplingConfig
     from rlfactory.protocols import GenRequest
-    from rlfactory.rollout.local import LocalGenerator
+    from rlfactory.generation.local import LocalGenerator
     from rlfactory.trajectory import Segment, Trajectory
     from rlfactory.train.batch import collate
     from rlfactory.config import AlgoConfig, TrainerConfig

@@ -62,7 +62,7 @@ from rlfactory.chat import make_tool_manager
 from rlfactory.config import RolloutConfig, SamplingConfig, ToolsConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.local import LocalGenerator
+from rlfactory.generation.local import LocalGenerator
 from rlfactory.rollout.prompt_env import PromptEnv
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
 from rlfactory.tiny import resolve_model

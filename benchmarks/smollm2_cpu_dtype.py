@@ -5,7 +5,7 @@ per step. Measures whether bf16 helps on the CPU (issue 11).
     .venv/bin/python benchmarks/smollm2_cpu_dtype.py fp32 bf16
 """
 import time, torch, sys
-from rlfactory.rollout.model_source import load_model
+from rlfactory.generation.model_source import load_model
 from rlfactory.config import ModelConfig
 t = time.time()
 model, tok = load_model(ModelConfig(path="smollm2:135m", device="cpu"))

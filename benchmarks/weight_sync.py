@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 import torch
 
-from rlfactory.rollout.server_generator import ServerGenerator
+from rlfactory.generation.server_generator import ServerGenerator
 from rlfactory.serve.process import ServeProcess
 from rlfactory.serve.weights import weights_digest
 from rlfactory.tiny import resolve_model

@@ -3,8 +3,8 @@
 `Generator`: token ids in, sampled token ids and their logprobs out (`GenRequest` -> `GenResult`).
 A generator serves many trajectories at once: `submit` is called by one trajectory for one model
 turn, `generate` is a convenience for a whole batch. Backends: `LocalGenerator` (transformers,
-continuous batching, rlfactory/rollout/local.py), `ServerGenerator` (vLLM / SGLang / `rlfactory
-serve` over HTTP, rlfactory/rollout/server_generator.py), `VersionedGenerator` (a policy version
+continuous batching, rlfactory/generation/local.py), `ServerGenerator` (vLLM / SGLang / `rlfactory
+serve` over HTTP, rlfactory/generation/server_generator.py), `VersionedGenerator` (a policy version
 around either) and verl's. What a generator may offer besides is a Protocol of its own, checked
 with `isinstance`: `KeepsSessions` (`forget`), `Reseedable` (`reseed`), `FreesCache`
 (`free_cache`). A generator that cannot serve a turn for reasons outside the model (every server
@@ -93,7 +93,7 @@ class GenResult:
     token_ids: list[int]
     """The sampled tokens, in order (a stop token, when one ended the turn, is the last)."""
     logprobs: list[float]
-    """log_softmax(logits / T)[token] for each sampled token (see rlfactory/rollout/sampling.py)."""
+    """log_softmax(logits / T)[token] for each sampled token (see rlfactory/generation/sampling.py)."""
     finish_reason: FinishReason
     """stop: a stop token or stop string ended the turn; length: max_new_tokens was reached."""
     text: str = ""

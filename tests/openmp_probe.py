@@ -114,7 +114,7 @@ def tiny():
 
 def generator() -> dict[str, int]:
     from rlfactory.protocols import GenRequest
-    from rlfactory.rollout.local import LocalGenerator
+    from rlfactory.generation.local import LocalGenerator
 
     model, tok = tiny()
     gen = LocalGenerator(model, tok.pad_token_id, stop_token_ids=[tok.eos_token_id], seed=0)
@@ -129,8 +129,8 @@ def generator() -> dict[str, int]:
 
 
 def versioned() -> dict[str, int]:
-    from rlfactory.rollout.local import LocalGenerator
-    from rlfactory.rollout.versioned import VersionedGenerator
+    from rlfactory.generation.local import LocalGenerator
+    from rlfactory.generation.versioned import VersionedGenerator
 
     model, tok = tiny()
     gen = VersionedGenerator(LocalGenerator(model, tok.pad_token_id, seed=0), 0)

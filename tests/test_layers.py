@@ -29,6 +29,11 @@ FORBIDDEN = {
 }
 """Packages a package never imports (besides `cli`, which nothing imports)."""
 
+GENERATION_MAY_IMPORT = BOTTOM | {"generation", "chat", "openmp", "passes", "tiny"}
+"""The Generator backends sit just above the bottom: besides it, only chat, the leaf helpers
+(OpenMP pool release, micro-batch planning) and the built-in tiny model, never rollout (rollout
+imports generation, not the other way round)."""
+
 ONLY_BOTTOM = {"tools", "algos"}
 """Packages that import nothing of rlfactory above the bottom (algos: pure functions on torch,
 naming their registries through the bottom's one registry)."""
@@ -97,6 +102,10 @@ def test_rollout_and_train_do_not_import_upward():
     assert _violations(lambda a, b: b in FORBIDDEN.get(a, ())) == []
 
 
+def test_generation_imports_only_the_bottom_chat_and_leaf_helpers():
+    assert _violations(lambda a, b: a == "generation" and b not in GENERATION_MAY_IMPORT) == []
+
+
 def test_tools_and_algos_import_only_the_bottom():
     assert _violations(lambda a, b: a in ONLY_BOTTOM and b != a and b not in BOTTOM) == []
 
@@ -116,9 +125,12 @@ def test_no_two_files_import_each_other():
 
 def test_the_checks_catch_what_they_forbid():
     graph = {"rlfactory.rollout.episode": {"rlfactory.rewards.base", "rlfactory.config"},
-             "rlfactory.train.loop": {"rlfactory.train.step"}, "rlfactory.train.step": {"rlfactory.train.loop"}}
+             "rlfactory.train.loop": {"rlfactory.train.step"}, "rlfactory.train.step": {"rlfactory.train.loop"},
+             "rlfactory.generation.local": {"rlfactory.rollout.engine", "rlfactory.protocols"}}
     assert _violations(lambda a, b: b in FORBIDDEN.get(a, ()), graph=graph) == [
         "rlfactory.rollout.episode imports rlfactory.rewards.base"]
+    assert _violations(lambda a, b: a == "generation" and b not in GENERATION_MAY_IMPORT, graph=graph) == [
+        "rlfactory.generation.local imports rlfactory.rollout.engine"]
     assert cycles(graph) == {("rlfactory.train.loop", "rlfactory.train.step")}
 
 

@@ -49,20 +49,20 @@ def run(args: argparse.Namespace) -> int:
 
     from rlfactory.train.session import checked_tool_manager, load_tokenizer, pad_id_of
     from rlfactory.config import ModelConfig
-    from rlfactory.rollout.model_source import load_model, pick_device
+    from rlfactory.generation.model_source import load_model, pick_device
     from rlfactory.serve.gateway import Gateway
     from rlfactory.trajectory import write_jsonl
 
     cfg = ModelConfig(path=args.model, dtype=args.dtype, family=args.family)
     if args.server:
-        from rlfactory.rollout.server_generator import ServerGenerator
+        from rlfactory.generation.server_generator import ServerGenerator
 
         tokenizer, context = load_tokenizer(cfg), 0
         tool_manager = checked_tool_manager(cfg, tokenizer, None)
         generator = ServerGenerator(args.server, args.api, tokenizer, tool_manager.stop_token_ids(),
                                     tool_manager.stop_strings(), seed=args.seed)
     else:
-        from rlfactory.rollout.local import LocalGenerator
+        from rlfactory.generation.local import LocalGenerator
 
         model, tokenizer = load_model(cfg, pick_device(args.device))
         tool_manager = checked_tool_manager(cfg, tokenizer, getattr(model.config, "model_type", None))

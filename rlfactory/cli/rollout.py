@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 def servers_line(generator: Generator) -> str:
     """`generation servers: URL N turns (version V)...` for a ServerGenerator, else ''."""
-    from rlfactory.rollout.server_generator import ServerGenerator
+    from rlfactory.generation.server_generator import ServerGenerator
 
     if not isinstance(generator, ServerGenerator) or not generator.servers:
         return ""

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
-    from rlfactory.rollout.model_source import load_model, pick_device
+    from rlfactory.generation.model_source import load_model, pick_device
     from rlfactory.train.session import pad_id_of
     from rlfactory.config import ModelConfig
     from rlfactory.serve.app import build_app

@@ -5,7 +5,7 @@ trajectories, its group, stay on one worker), as evenly as the rows allow; each 
 shard out with its own engine (async or lock-step, as configured) and the trajectories come back
 in row order, named as one in-process engine would name them. With per-row seeds (the trainer
 passes them) every trajectory samples the same tokens as in one process: a turn's draws depend
-on its seed and logits only (rlfactory/rollout/sampling.py).
+on its seed and logits only (rlfactory/generation/sampling.py).
 
 A worker that dies mid-step is replaced (workers.py) and its shard rolled out again on the
 replacement, up to `ray.shard_retries` times; after that the shard's trajectories end

@@ -20,8 +20,8 @@ import torch
 
 from rlfactory.config import SamplingConfig
 from rlfactory.imports import import_ref
-from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.weights import load_weights
+from rlfactory.generation.local import LocalGenerator
+from rlfactory.generation.weights import load_weights
 from rlfactory.trajectory import Trajectory
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""Multi-turn rollouts: generators, the asynchronous engine and the lock-step baseline.
+"""Multi-turn rollouts: the asynchronous engine and the lock-step baseline, over a `Generator`
+(the backends live in `rlfactory.generation`).
 
     engine = RolloutEngine(generator, tool_manager, runner, env, cfg.rollout, cfg.sampling)
     trajs = await engine.run(rows, n=8)               # n trajectories per row, reward left None
@@ -17,7 +18,6 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "LocalGenerator": "local",
     "RolloutEngine": "engine",
     "rollout_one": "episode",
     "RolloutObserver": "observer",

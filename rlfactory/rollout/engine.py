@@ -27,7 +27,7 @@ from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.episode import Setup, rollout_one
 from rlfactory.protocols import GenRequest, GenResult, Generator
 from rlfactory.rollout.observer import RolloutObserver
-from rlfactory.rollout.sampling import mix_seed
+from rlfactory.generation.sampling import mix_seed
 from rlfactory.tools.base import ToolResult, ToolSpec
 from rlfactory.trajectory import Trajectory
 

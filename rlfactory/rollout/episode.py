@@ -46,7 +46,7 @@ from rlfactory.envs.base import Env
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.protocols import GenerationUnavailable, GenRequest, GenResult, Generator
 from rlfactory.rollout.observer import RolloutObserver
-from rlfactory.rollout.sampling import mix_seed
+from rlfactory.generation.sampling import mix_seed
 from rlfactory.images import Image
 from rlfactory.text import valid_text
 from rlfactory.tools.base import MALFORMED, NOT_RUN, OK, ToolCall, ToolResult

@@ -1,6 +1,6 @@
 """The request and response shapes `rlfactory serve` speaks, server side: the subset of vLLM's
 `/v1/completions` and SGLang's `/generate` that token-in/token-out rollouts use (the client side is
-rlfactory/rollout/server_api.py). A request outside the subset (a text prompt, n > 1, streaming,
+rlfactory/generation/server_api.py). A request outside the subset (a text prompt, n > 1, streaming,
 top logprobs) is refused with a 400 that names the field.
 
 Stops: a turn ends on the request's `stop_token_ids`, on the model's EOS tokens unless

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from rlfactory.rollout.weights import WeightsMismatch
+from rlfactory.generation.weights import WeightsMismatch
 from rlfactory.serve.api import BadRequest, completions_response, generate_response, parse_completions, parse_generate
 from rlfactory.serve.served import ServedModel
 from rlfactory.serve.weights import weights_digest

@@ -44,7 +44,7 @@ from rlfactory.chat.base import ToolCalls
 from rlfactory.config import SamplingConfig
 from rlfactory.rollout.episode import parse_turn, turn_text
 from rlfactory.protocols import GenRequest, GenResult, GenerationUnavailable, Generator
-from rlfactory.rollout.sampling import mix_seed
+from rlfactory.generation.sampling import mix_seed
 from rlfactory.serve.gateway_api import (BadRequest, ChatRequest, completion, error_body, make_choice, parse_chat,
                                          stream_chunks)
 from rlfactory.serve.gateway_record import Episode

@@ -34,7 +34,7 @@ from rlfactory.imports import import_ref
 from rlfactory.rewards.base import RewardScore
 from rlfactory.rollout.engine import group_names
 from rlfactory.rollout.prompt_env import PromptEnv
-from rlfactory.rollout.sampling import mix_seed
+from rlfactory.generation.sampling import mix_seed
 from rlfactory.serve.gateway import Gateway, UnknownEpisode
 from rlfactory.trajectory import Trajectory
 
@@ -244,8 +244,8 @@ async def open_agent_rollout(cfg: Any, *, model: Any = None, tokenizer: Any = No
     `env.name: agent`. The trainer's `sampling:` applies to every call (the agent's own
     temperature is ignored: the recorded logprobs must be the trainer's)."""
     from rlfactory.train.session import RolloutSession, checked_tool_manager, pad_id_of
-    from rlfactory.rollout.local import LocalGenerator
-    from rlfactory.rollout.model_source import check_model_path, load_model, pick_device
+    from rlfactory.generation.local import LocalGenerator
+    from rlfactory.generation.model_source import check_model_path, load_model, pick_device
     from rlfactory.train.prepare import build_env
 
     env = env if env is not None else build_env(cfg)

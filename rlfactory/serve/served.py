@@ -20,9 +20,9 @@ from typing import Any, Callable
 import torch
 
 from rlfactory.protocols import GenRequest, GenResult
-from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.versioned import VersionedGenerator
-from rlfactory.rollout.weights import load_safetensors_folder, load_weights
+from rlfactory.generation.local import LocalGenerator
+from rlfactory.generation.versioned import VersionedGenerator
+from rlfactory.generation.weights import load_safetensors_folder, load_weights
 
 
 def eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""A digest of a served model's weights (loading them is rlfactory.rollout.weights)."""
+"""A digest of a served model's weights (loading them is rlfactory.generation.weights)."""
 
 from __future__ import annotations
 

@@ -110,7 +110,7 @@ def script_policy(script: list[str], tokenizer: Any, tool_manager: Any) -> Any:
 
 
 async def run(req: dict[str, Any]) -> None:
-    from rlfactory.rollout.model_source import load_model, pick_device
+    from rlfactory.generation.model_source import load_model, pick_device
     from rlfactory.train.session import open_rollout, tool_manager_for
 
     cfg = build_config(req)

@@ -14,7 +14,7 @@ Versions. The learner's weights after step s are version s. Generation never rea
 the optimizer is writing:
   local generator   it samples from its own copy of the policy (`LocalWeightSync`); after each
                     update the trainable weights are snapshot (while the learner is idle) and
-                    loaded into the copy between turns (rlfactory/rollout/versioned.py), so every
+                    loaded into the copy between turns (rlfactory/generation/versioned.py), so every
                     model segment comes from one version and records it.
   server backend    the weight sync pushes each version after the update, before the next update
                     starts, and each server reports the version of every turn (weight_sync.py).
@@ -48,8 +48,8 @@ import torch
 from torch import nn
 
 from rlfactory.openmp import release_pool
-from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.versioned import VersionedGenerator
+from rlfactory.generation.local import LocalGenerator
+from rlfactory.generation.versioned import VersionedGenerator
 from rlfactory.trajectory import Trajectory
 
 

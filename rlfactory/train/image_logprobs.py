@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from rlfactory.rollout.kv_cache import cache_kwarg, returned_cache
+from rlfactory.generation.kv_cache import cache_kwarg, returned_cache
 from rlfactory.trajectory import Trajectory
 
 

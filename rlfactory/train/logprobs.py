@@ -10,7 +10,7 @@ Two savings over a plain forward of every trajectory:
 which drops the key/value cache); both give the same numbers up to float rounding.
 
 Logits are divided by the sampling temperature before the softmax, so the training model's
-logprobs are comparable with the sampler's (see rlfactory/rollout/sampling.py).
+logprobs are comparable with the sampler's (see rlfactory/generation/sampling.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from torch import nn
 from transformers import DynamicCache
 
 from rlfactory.algos.utils import entropy_from_logits, token_logprobs
-from rlfactory.rollout.attention_masks import mask_plan
-from rlfactory.rollout.kv_cache import cache_kwarg, returned_cache
+from rlfactory.generation.attention_masks import mask_plan
+from rlfactory.generation.kv_cache import cache_kwarg, returned_cache
 from rlfactory.train.batch import TrainBatch, filler_batch, micro_batches
 
 

@@ -247,7 +247,7 @@ async def prepare_tools_and_reward(cfg: RunConfig, env: Env, checks: CommandChec
 async def check_command(cfg: RunConfig, checks: CommandChecks) -> None:
     """Steps 1-4 as the command runs them, then stop what they started (MCP servers, the env).
     Raises the ConfigError the command would end with; returns when it would go on to load the model."""
-    from rlfactory.rollout.model_source import check_model_path
+    from rlfactory.generation.model_source import check_model_path
 
     check_model_path(cfg.model.path)  # as open_rollout does first
     env = build_env(cfg)

@@ -2,7 +2,7 @@
 
 Builds the env, starts the ToolRunner (the `tools:` section plus the env's own tools) and builds
 the reward, all checked before anything heavy loads (see rlfactory/train/prepare.py); then
-loads the model and tokenizer (rlfactory/rollout/model_source.py: HF folders, .gguf files,
+loads the model and tokenizer (rlfactory/generation/model_source.py: HF folders, .gguf files,
 `tiny:1m`, `smollm2:135m`) on `model.device` in `model.dtype`, picks the ToolManager family,
 checks its token contract against the tokenizer and wraps the model in a LocalGenerator, or,
 with `generator.backend: server`, connects a ServerGenerator to the configured servers.
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Literal, Sequence
 from rlfactory.config import GeneratorConfig, ModelConfig, RunConfig
 from rlfactory.protocols import Generator
 from rlfactory.rollout.engine import RolloutEngine
-from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.model_source import check_model_path, load_model, pick_device, resolve_model_path
+from rlfactory.generation.local import LocalGenerator
+from rlfactory.generation.model_source import check_model_path, load_model, pick_device, resolve_model_path
 
 if TYPE_CHECKING:
     from torch import nn
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from rlfactory.chat.base import ToolManager
     from rlfactory.envs.base import Env
     from rlfactory.rewards.base import Reward
-    from rlfactory.rollout.server_generator import ServerGenerator
+    from rlfactory.generation.server_generator import ServerGenerator
     from rlfactory.tools.runner import ToolRunner
 
 
@@ -117,7 +117,7 @@ def _model_type(cfg: ModelConfig, model: nn.Module | None) -> str | None:
 def open_server_generator(gen_cfg: GeneratorConfig, tokenizer: PreTrainedTokenizerBase, tool_manager: ToolManager,
                           seed: int | None) -> ServerGenerator:
     """A ServerGenerator for the `generator:` section, stopping where the tool manager says."""
-    from rlfactory.rollout.server_generator import ServerGenerator
+    from rlfactory.generation.server_generator import ServerGenerator
 
     return ServerGenerator(gen_cfg.urls, gen_cfg.api, tokenizer, tool_manager.stop_token_ids(), tool_manager.stop_strings(),
                            timeout_s=gen_cfg.timeout_s, cooldown_s=gen_cfg.cooldown_s,

@@ -30,7 +30,7 @@ from torch import nn
 
 from rlfactory.protocols import (WEIGHT_SYNC_FAILED, WEIGHT_SYNC_MB, WEIGHT_SYNC_OK, WEIGHT_SYNC_PREPARE_S,
                                  WEIGHT_SYNC_SECONDS)
-from rlfactory.rollout.server_generator import ServerGenerator, ServerState
+from rlfactory.generation.server_generator import ServerGenerator, ServerState
 from rlfactory.train.policy_weights import config_of, policy_tensors
 
 

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 from torch import nn
 
-from rlfactory.rollout.server_generator import ServerGenerator, ServerState
+from rlfactory.generation.server_generator import ServerGenerator, ServerState
 from rlfactory.train.policy_weights import policy_tensors
 
 

@@ -7,7 +7,7 @@ import torch
 
 from rlfactory.distributed.weights import Bf16Bits, from_wire, policy_state, to_wire, wire_bytes
 from rlfactory.distributed.worker import load_state
-from rlfactory.rollout.weights import WeightsMismatch
+from rlfactory.generation.weights import WeightsMismatch
 
 
 def tiny_qwen3(seed: int = 0, dtype=torch.float32):

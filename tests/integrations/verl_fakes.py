@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from rlfactory.config import SamplingConfig
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.local import LocalGenerator
+from rlfactory.generation.local import LocalGenerator
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
 
 

@@ -9,7 +9,6 @@ import re
 from typing import Any
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from rlfactory.chat.base import Answer, Malformed, ToolCalls
 from rlfactory.envs.base import Env
@@ -119,15 +118,6 @@ class RowsEnv(Env):
 
     def reset(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"role": "user", "content": row["question"]}]
-
-
-def tiny_random_lm(vocab: int = 300, seed: int = 0) -> Qwen3ForCausalLM:
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
-    )
-    return Qwen3ForCausalLM(cfg).eval()
 
 
 def one_torch_thread():

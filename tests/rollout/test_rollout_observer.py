@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlfactory.chat import make_tool_manager
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
-from rlfactory.rollout.local import LocalGenerator
+from rlfactory.generation.local import LocalGenerator
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.rollout.prompt_env import PromptEnv
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan

@@ -16,8 +16,8 @@ from rlfactory.chat.template_family import TemplateToolManager
 from rlfactory.train.session import tool_manager_for
 from rlfactory.config import ModelConfig, SamplingConfig
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.model_source import load_model
+from rlfactory.generation.local import LocalGenerator
+from rlfactory.generation.model_source import load_model
 from rlfactory.tools.base import ToolSpec
 
 pytestmark = [pytest.mark.slow,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from rlfactory.chat import make_tool_manager
-from rlfactory.rollout.local import LocalGenerator
+from rlfactory.generation.local import LocalGenerator
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
 from rlfactory.serve.gateway import Gateway
 

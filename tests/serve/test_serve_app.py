@@ -20,8 +20,8 @@ from safetensors.torch import save
 
 from rlfactory.config import SamplingConfig
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.server_generator import ServerGenerator
+from rlfactory.generation.local import LocalGenerator
+from rlfactory.generation.server_generator import ServerGenerator
 from rlfactory.serve.app import build_app
 from rlfactory.serve.served import ServedModel
 from rlfactory.serve.thread import AppThread

@@ -15,7 +15,7 @@ from transformers import AutoImageProcessor, Qwen2_5_VLForConditionalGeneration
 from rlfactory.chat.qwen_vl import QwenVLToolManager
 from rlfactory.config import ConfigError, ModelConfig
 from rlfactory.images import image_from_pil
-from rlfactory.rollout.model_source import check_model_path, load_model
+from rlfactory.generation.model_source import check_model_path, load_model
 from rlfactory.tiny import resolve_model
 from rlfactory.tiny.vl import VISION_TOKENS, make_tiny_vl_model, parse_tiny_vl_spec
 

@@ -331,7 +331,7 @@ def test_the_learner_switches_its_threads_per_layer_as_the_generator_comes_and_g
 
 def test_the_local_generator_is_busy_while_it_has_requests():
     from rlfactory.protocols import GenRequest
-    from rlfactory.rollout.local import LocalGenerator
+    from rlfactory.generation.local import LocalGenerator
 
     gen = LocalGenerator(tiny_qwen3(), pad_id=0)
     states = []
@@ -373,7 +373,7 @@ def test_the_generators_thread_runs_with_its_own_thread_count():
     """torch's thread count is per thread (OpenMP): the generator sets its own in its thread and the
     calling thread keeps its count."""
     from rlfactory.protocols import GenRequest
-    from rlfactory.rollout.local import LocalGenerator
+    from rlfactory.generation.local import LocalGenerator
 
     seen = []
 

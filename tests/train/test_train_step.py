@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from rlfactory.config import RunConfig, load_config
-from rlfactory.rollout.versioned import VersionedGenerator
+from rlfactory.generation.versioned import VersionedGenerator
 from rlfactory.train.async_pipeline import LocalWeightSync
 from rlfactory.train.learner import Learner
 from rlfactory.train.parallel import SingleProcess

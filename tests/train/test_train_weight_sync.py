@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from rlfactory.config import SamplingConfig
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.server_generator import ServerGenerator
+from rlfactory.generation.server_generator import ServerGenerator
 from rlfactory.serve.app import build_app
 from rlfactory.serve.process import free_port
 from rlfactory.serve.served import ServedModel

@@ -7,15 +7,15 @@ import inspect
 
 import pytest
 import torch
-from rollout_fakes import one_torch_thread, tiny_random_lm
+from generation_fakes import tiny_random_lm
 from transformers import Qwen3ForCausalLM
 
 from rlfactory.config import SamplingConfig
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.kv_cache import SlotCache, cache_kwarg
-from rlfactory.rollout.local import LocalGenerator
+from rlfactory.generation.kv_cache import SlotCache, cache_kwarg
+from rlfactory.generation.local import LocalGenerator
 
-single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def row(n: int, seed: int):

@@ -1,4 +1,4 @@
-"""rlfactory.rollout.weights: the one way named weights go into a model (serve's updates, Ray workers)."""
+"""rlfactory.generation.weights: the one way named weights go into a model (serve's updates, Ray workers)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from rlfactory.rollout.weights import WeightsMismatch, load_safetensors_folder, load_weights
+from rlfactory.generation.weights import WeightsMismatch, load_safetensors_folder, load_weights
 
 
 class Tied(nn.Module):

@@ -1,5 +1,5 @@
 """The server backend's wire formats against vLLM's and SGLang's documented shapes (fixtures in
-tests/rollout/fixtures, each naming its source): the request body the client builds is the
+tests/generation/fixtures, each naming its source): the request body the client builds is the
 fixture's request, and every fixture answer parses into exactly its token ids and logprobs."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from rlfactory.config import SamplingConfig
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.server_api import MalformedResponse, build_request, parse_response
+from rlfactory.generation.server_api import MalformedResponse, build_request, parse_response
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IM_END, EOT = 151645, 151643

@@ -9,16 +9,16 @@ import asyncio
 
 import pytest
 import torch
-from rollout_fakes import one_torch_thread, tiny_random_lm
+from generation_fakes import tiny_random_lm
 
-from rlfactory.rollout.attention_masks import layer_kinds, mask_plan
+from rlfactory.generation.attention_masks import layer_kinds, mask_plan
 from rlfactory.config import SamplingConfig
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.local import LocalGenerator
+from rlfactory.generation.local import LocalGenerator
 
 GREEDY = SamplingConfig(greedy=True)
 WINDOW = 6
-single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 DIMS = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
             head_dim=16, max_position_embeddings=512)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.sampling import RowSampling, sample
+from rlfactory.generation.sampling import RowSampling, sample
 
 
 def rows(*settings):
@@ -62,7 +62,7 @@ def test_bad_settings_are_config_errors():
 
 
 def test_draw_follows_the_distribution_and_never_draws_a_zero_probability_token():
-    from rlfactory.rollout.sampling import draw
+    from rlfactory.generation.sampling import draw
 
     probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0]]).repeat(20000, 1) * 3  # unnormalised is fine
     tok = draw(probs, torch.rand(len(probs), generator=torch.Generator().manual_seed(0)))
@@ -75,7 +75,7 @@ def test_draw_follows_the_distribution_and_never_draws_a_zero_probability_token(
 
 
 def test_seeded_uniforms_are_a_pure_function_of_seed_and_position():
-    from rlfactory.rollout.sampling import seeded_uniforms
+    from rlfactory.generation.sampling import seeded_uniforms
 
     u = seeded_uniforms([1, 1, 2, 1], [0, 1, 0, 0])
     assert u.dtype == torch.float64 and bool(((u >= 0) & (u < 1)).all())
@@ -85,7 +85,7 @@ def test_seeded_uniforms_are_a_pure_function_of_seed_and_position():
 
 
 def test_uniform_draws_follow_the_distribution_and_each_row_only_its_own_number():
-    from rlfactory.rollout.sampling import seeded_uniforms
+    from rlfactory.generation.sampling import seeded_uniforms
 
     torch.manual_seed(0)
     logits = torch.randn(6, 20)

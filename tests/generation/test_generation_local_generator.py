@@ -8,16 +8,16 @@ import asyncio
 
 import pytest
 import torch
-from rollout_fakes import CharTokenizer, one_torch_thread, tiny_random_lm
+from generation_fakes import CodepointTokenizer, tiny_random_lm
 
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.decode import prefill_groups
+from rlfactory.generation.decode import prefill_groups
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.local import LocalGenerator
+from rlfactory.generation.local import LocalGenerator
 
 GREEDY = SamplingConfig(greedy=True)
 
-single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def prompts(k: int) -> list[list[int]]:
@@ -135,7 +135,7 @@ def test_stop_token_and_stop_string_end_a_turn():
     model = tiny_random_lm()
     p = prompts(1)[0]
     free = reference(model, p, 12)
-    tok = CharTokenizer()
+    tok = CodepointTokenizer()
     gen = LocalGenerator(model, pad_id=0, stop_token_ids=[free[4]], tokenizer=tok)
     first = free.index(free[4])
     res = asyncio.run(gen.submit(GenRequest(p, max_new_tokens=12, sampling=GREEDY)))

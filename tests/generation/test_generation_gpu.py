@@ -9,11 +9,11 @@ import shutil
 
 import pytest
 import torch
-from rollout_fakes import tiny_random_lm
+from generation_fakes import tiny_random_lm
 
 from rlfactory.config import SamplingConfig
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.local import LocalGenerator
+from rlfactory.generation.local import LocalGenerator
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 GREEDY = SamplingConfig(greedy=True)

@@ -1,7 +1,7 @@
 """ServerGenerator against real HTTP servers that answer with vLLM's and SGLang's documented
 bodies (fixtures/) or fail: sticky routing, least-loaded placement, retry elsewhere with a
 cool-down, a clear GenerationUnavailable when no server is left (the engine then ends just those
-trajectories `infra_error`), and the weight-sync gate that keeps a turn on one set of weights."""
+trajectories `infra_error`: tests/rollout/test_rollout_server_infra_error.py), and the weight-sync gate that keeps a turn on one set of weights."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import time
 
 import pytest
 from fixture_server import FixtureServer, dead_url, fixture_response
-from rollout_fakes import EOT, CharToolManager, FakeRunner, RowsEnv
 
-from rlfactory.config import RolloutConfig, SamplingConfig
-from rlfactory.rollout.engine import RolloutEngine
+from rlfactory.config import SamplingConfig
 from rlfactory.protocols import GenerationUnavailable, GenRequest
-from rlfactory.rollout.server_generator import ServerGenerator
+from rlfactory.generation.server_generator import ServerGenerator
 
 IM_END = 151645
 VLLM_STOP = fixture_response("vllm_completions_stop_token.json")
@@ -173,21 +171,6 @@ def test_a_refused_request_is_not_retried_and_the_server_stays_up():
 
         asyncio.run(use(g, main()))
     assert len(other.requests) == 0 and g.servers[0].failures == 0 and g.servers[0].down_until == 0
-
-
-def test_the_engine_ends_only_the_affected_trajectories_infra_error():
-    """Every server down: each trajectory ends infra_error with the reason, and run() returns."""
-    tm = CharToolManager()
-    g = ServerGenerator([dead_url(), dead_url()], "vllm", tm.tok, [EOT], timeout_s=5.0)
-    engine = RolloutEngine(g, tm, FakeRunner(), RowsEnv(), RolloutConfig(max_new_tokens=8), SamplingConfig())
-
-    async def main():
-        return await engine.run([{"question": "hi"}, {"question": "ho"}], n=2)
-
-    trajs = asyncio.run(use(g, main()))
-    assert [t.status for t in trajs] == ["infra_error"] * 4
-    assert all("no generation server could serve this turn" in t.error for t in trajs)
-    assert all(t.turns == 0 and not any(t.loss_mask) for t in trajs)
 
 
 async def until(condition, what: str, timeout_s: float = 30.0) -> None:

@@ -2,7 +2,7 @@
 every slot and every cache column each step, masks built inside the step. They give the tokens of
 one-at-a-time `model.generate` and the logprobs of the trimmed eager steps, with rows joining,
 leaving, moving, keeping caches and outgrowing the cache; sliding-window models included. The
-graph itself (CUDA only) is compared with the eager steps in test_rollout_gpu.py."""
+graph itself (CUDA only) is compared with the eager steps in test_generation_gpu.py."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import asyncio
 
 import pytest
 import torch
-from rollout_fakes import one_torch_thread, tiny_random_lm
+from generation_fakes import tiny_random_lm
 
 from rlfactory.config import RolloutConfig, SamplingConfig
-from rlfactory.rollout.decode_graph import StaticDecode, static_mask_plan
+from rlfactory.generation.decode_graph import StaticDecode, static_mask_plan
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.sampling import RowSampling, sample
+from rlfactory.generation.local import LocalGenerator
+from rlfactory.generation.sampling import RowSampling, sample
 
 GREEDY = SamplingConfig(greedy=True)
-single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def prompts(k: int) -> list[list[int]]:

@@ -31,8 +31,8 @@ from typing import Any, Sequence
 import httpx
 
 from rlfactory.protocols import GenerationUnavailable, GenRequest, GenResult, generate_all
-from rlfactory.rollout.server_api import PATHS, Api, MalformedResponse, build_request, parse_response
-from rlfactory.rollout.versioned import TurnGate
+from rlfactory.generation.server_api import PATHS, Api, MalformedResponse, build_request, parse_response
+from rlfactory.generation.versioned import TurnGate
 
 
 @dataclass

@@ -24,9 +24,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlfactory.openmp import release_pool
-from rlfactory.rollout.attention_masks import mask_plan
-from rlfactory.rollout.decode import DecodeLoop, Row
-from rlfactory.rollout.decode_graph import StaticDecode
+from rlfactory.generation.attention_masks import mask_plan
+from rlfactory.generation.decode import DecodeLoop, Row
+from rlfactory.generation.decode_graph import StaticDecode
 from rlfactory.protocols import GenRequest, GenResult, generate_all
 
 

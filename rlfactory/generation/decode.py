@@ -30,11 +30,11 @@ from typing import Any, Callable
 import torch
 
 from rlfactory.passes import plan_micro_batches
-from rlfactory.rollout.attention_masks import MaskPlan, mask_plan
-from rlfactory.rollout.decode_graph import StaticDecode, static_mask_plan
+from rlfactory.generation.attention_masks import MaskPlan, mask_plan
+from rlfactory.generation.decode_graph import StaticDecode, static_mask_plan
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.kv_cache import RowKV, SlotCache, cache_kwarg, cache_of_rows, new_cache, take_row
-from rlfactory.rollout.sampling import RowSampling, sample, seeded_uniforms
+from rlfactory.generation.kv_cache import RowKV, SlotCache, cache_kwarg, cache_of_rows, new_cache, take_row
+from rlfactory.generation.sampling import RowSampling, sample, seeded_uniforms
 
 PREFILL_OVERHEAD_TOKENS = 48
 """What one more prefill forward costs on the CPU, in prefilled tokens: rlfactory's tiny 10M model

@@ -9,9 +9,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from rlfactory.rollout import model_source
+from rlfactory.generation import model_source
 from rlfactory.config import ModelConfig
-from rlfactory.rollout.model_source import load_model, pick_device, resolve_model_path, smollm2_gguf
+from rlfactory.generation.model_source import load_model, pick_device, resolve_model_path, smollm2_gguf
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA error")

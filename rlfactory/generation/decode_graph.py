@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from rlfactory.rollout.attention_masks import FULL, MaskPlan
-from rlfactory.rollout.kv_cache import SlotCache, cache_kwarg
+from rlfactory.generation.attention_masks import FULL, MaskPlan
+from rlfactory.generation.kv_cache import SlotCache, cache_kwarg
 
 log = logging.getLogger(__name__)
 

@@ -8,14 +8,14 @@ import copy
 
 import pytest
 import torch
-from rollout_fakes import one_torch_thread, tiny_random_lm
+from generation_fakes import tiny_random_lm
 
 from rlfactory.config import SamplingConfig
 from rlfactory.protocols import GenRequest
-from rlfactory.rollout.local import LocalGenerator
-from rlfactory.rollout.versioned import VersionedGenerator
+from rlfactory.generation.local import LocalGenerator
+from rlfactory.generation.versioned import VersionedGenerator
 
-single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)
+pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPT = [5, 17, 42, 8, 99]
 
 

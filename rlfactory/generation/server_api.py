@@ -17,7 +17,7 @@ and `sampling_params`; `return_logprob: true` adds `meta_info.output_token_logpr
 Both servers always end a turn on the model's own EOS token as well as on the request's stop
 tokens (SGLang's `ignore_eos` would switch off `stop_token_ids` too), except when the request
 names no stop token at all: then `ignore_eos` is set and only the length ends the turn.
-The shapes are pinned by fixtures in tests/rollout/fixtures/ (their sources are named there).
+The shapes are pinned by fixtures in tests/generation/fixtures/ (their sources are named there).
 """
 
 from __future__ import annotations
