@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rlfactory.cli.common import load_run_config, make_config_folder_importable
 from rlfactory.config import ConfigError, ToolsConfig, apply_overrides, read_yaml, validate
+from rlfactory.tools.base import Tool
 
 
 class _ToolsView(BaseModel):
@@ -83,11 +84,12 @@ async def open_tools(path: str | None, overrides: list[str]) -> AsyncIterator[tu
         runner = build_runner(tools, own)
         try:
             await start_runner(runner, tools)
-            yield runner, {getattr(f, "name", getattr(f, "__name__", "")) for f in (own.python if own else [])}
+            own_names = {f.name if isinstance(f, Tool) else getattr(f, "__name__", "") for f in (own.python if own else [])}
+            yield runner, own_names
         finally:
             await runner.aclose()
     finally:
-        if env is not None and callable(getattr(env, "close", None)):
+        if env is not None:  # an Env (make_env checked its members): it has close
             env.close()
 
 
