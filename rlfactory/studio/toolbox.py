@@ -13,12 +13,15 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
 from rlfactory.config import ConfigError, ToolsConfig, read_yaml, validate
+
+if TYPE_CHECKING:
+    from rlfactory.tools.runner import ToolRunner
 
 
 class _ToolsView(BaseModel):
@@ -53,9 +56,12 @@ def tools_config(path: Path | None, python: list[str], timeout_s: float | None =
 
 @dataclass
 class ToolSession:
+    """One open ToolRunner of the studio's toolbox, by its id."""
+
     id: str
     source: str
-    runner: Any
+    """Where its tools came from, as the page shows it."""
+    runner: ToolRunner
     started: float
 
     def listing(self) -> list[dict[str, Any]]:
