@@ -1,7 +1,8 @@
 """Branched episodes in the loss: an episode of several samples weighs like one episode.
 
-A gateway episode (or any rollout whose history was rewritten) is one or more samples, one
-trajectory each, sharing `info["episode"]` and the episode's reward (DESIGN.md "Branches").
+A gateway episode, or a rollout whose history `rollout.context` rewrote (trained as its samples,
+rollout/branches.py, after it was scored whole), is one or more samples, one trajectory each,
+sharing `info["episode"]` and the episode's reward (DESIGN.md "Branches").
 Two rules keep such an episode from weighing more than an unbranched one:
 
 - the baseline: an outcome estimator (grpo, rloo, ...) sees each episode once, through its first
@@ -13,8 +14,8 @@ Two rules keep such an episode from weighing more than an unbranched one:
   each once, as one unbranched trajectory holding them would. (With a `seq-mean-*`
   aggregation every sample counts as one sequence.)
 
-Trajectories without an episode (rlfactory's own rollouts) are their own episode: the
-advantages are then exactly the estimator's.
+Trajectories without an episode (rlfactory's own rollouts with `rollout.context: keep`) are
+their own episode: the advantages are then exactly the estimator's.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
     1. roll out   rows = the step's prompts (from (trainer.seed, step), data.py);
                   trajs = engine.run(rows, n=algo.group_size): generate -> parse -> tools -> observe
-    2. score      reward.score(traj) for each scorable trajectory (infra_error: unscored)
+    2. score      reward.score(traj) for each scorable trajectory (infra_error: unscored); one whose
+                  history rollout.context rewrote then becomes its samples, sharing that score
     3. select     the trajectories that enter the loss: scored, fresh enough (max_staleness), with
                   model tokens, and (algo.dynamic_sampling) in a group whose rewards differ
     4. learn      advantages, old/ref logprobs, the update (learner.py), in `executor`'s thread when given
@@ -34,6 +35,7 @@ from rlfactory.algos.advantages import dynamic_sampling_filter
 from rlfactory.openmp import release_pool, released
 from rlfactory.rewards.base import score_all
 from rlfactory.rewards.turns import apply_turn_scores
+from rlfactory.rollout.branches import all_samples
 from rlfactory.rollout.engine import failed_trajectories, group_names
 from rlfactory.train.staleness import fresh_mask
 from rlfactory.config import RunConfig
@@ -148,6 +150,9 @@ class TrainingStep:
         t_score0 = time.perf_counter()
         await self._score(local)  # 2
         t_score = time.perf_counter() - t_score0
+        # rollout.context: a trajectory whose history was rewritten is scored once, as the episode
+        # it is, and trained as its samples (rollout/branches.py), counted once in its baseline
+        local = all_samples(local)
 
         trajs = self.parallel.gather(local)  # the whole step's, in one process's order
         owners = torch.tensor(self.parallel.gather([self.parallel.rank] * len(local)), dtype=torch.long)

@@ -91,3 +91,36 @@ def test_the_trainer_counts_a_branched_episode_once_in_its_baseline(tmp_path):
     assert all(math.isclose(x, half, rel_tol=1e-4) for x in adv[:3])  # the 3 samples of the episode that won
     assert math.isclose(adv[3], -half, rel_tol=1e-4)  # counted per sample, the baseline would be 0.75
     assert math.isclose(adv[4], half, rel_tol=1e-4) and math.isclose(adv[5], -half, rel_tol=1e-4)
+
+
+def test_a_rollout_branched_by_its_context_is_scored_once_and_trained_as_its_samples(tmp_path):
+    """rollout.context: the engine returns one trajectory per episode with `branches`; the trainer
+    scores it whole (the reward sees all 3 turns) and trains its 2 samples, counted once."""
+    from rlfactory.rewards.rule import FunctionReward
+    from rlfactory.trajectory import Branch, Segment
+
+    def whole(ids, tid, branches=()):
+        segs = [Segment("prompt", [1, 2])] + [Segment(r, i, "", [-1.0] * len(i) if r == "model" else None, 0)
+                                              for r, i in ids]
+        return Trajectory(tid, "g", segs, branches=list(branches))
+
+    # episode a: 3 turns, the window slid before turn 3; episode b: 1 turn
+    a = whole([("model", [3]), ("observation", [4]), ("model", [5]), ("observation", [6]), ("model", [7])], "g-0",
+              [Branch(5, [1, 2, 5, 6], "", 2, "sliding_window: turn 1 left out")])
+    b = whole([("model", [9])], "g-1")
+    scored = []
+
+    def turns(t):  # 1 for the 3-turn episode: scored as a whole, not per sample
+        scored.append(t.id)
+        return float(len(t.turn_segments()) == 3)
+
+    trainer = fixed_trainer(tmp_path, FixedEngine([a, b]), FunctionReward(turns), rows=({"id": 0},))
+    updates = record_updates(trainer)
+    metrics, out = asyncio.run(trainer.step(1))
+    assert sorted(scored) == ["g-0", "g-1"]
+    assert [t.id for t in out] == ["g-0", "g-0.1", "g-1"] and [t.reward for t in out] == [1.0, 1.0, 0.0]
+    assert [t.input_ids for t in out] == [[1, 2, 3, 4, 5], [1, 2, 5, 6, 7], [1, 2, 9]]
+    assert metrics["batch/kept"] == 3
+    adv = updates[0].advantages.tolist()
+    half = 1 / math.sqrt(2)  # two episodes, rewards 1 and 0, as unbranched
+    assert all(math.isclose(x, half, rel_tol=1e-4) for x in adv[:2]) and math.isclose(adv[2], -half, rel_tol=1e-4)
