@@ -71,6 +71,13 @@ class Env(Protocol):
         None lets the rollout go on by its own rules (rlfactory/rollout/episode.py)."""
         return None
 
+    def next_user_turn(self, trajectory: Trajectory) -> str | None:
+        """Called when a model turn ends the model's part of a conversation turn (it answered: no
+        tool calls), after `end_episode`. Return the next user message of a multi-turn conversation
+        (the engine appends it as an observation: a user turn rendered by the chat template, loss
+        mask 0, and the model goes on), or None to end the trajectory (the default: one user turn)."""
+        return None
+
     def solve(self, row: dict[str, Any]) -> list[Message]:
         """A demonstration for warm-start SFT: the opening messages of `reset(row)`, then assistant
         turns with `tool_calls`, `tool` turns holding the real tool results, and the final answer."""
@@ -87,7 +94,8 @@ class Env(Protocol):
 
 
 REQUIRED = ("reset",)
-MEMBERS = ("reset", "load_split", "tools", "step", "reward", "info", "end_episode", "solve", "close")
+MEMBERS = ("reset", "load_split", "tools", "step", "reward", "info", "end_episode", "next_user_turn", "solve",
+           "close")
 
 
 def missing_members(env: object) -> list[str]:

@@ -25,7 +25,8 @@ def _nothing(*_args: object) -> None:
 @dataclass(frozen=True)
 class RolloutObserver:
     """Callbacks on one rollout's trajectories; each defaults to doing nothing. Per model turn they
-    come in this order: turn_started, tokens_generated, [tools_started, tool_results], turn_ended."""
+    come in this order: turn_started, tokens_generated, [tools_started, tool_results | user_turn],
+    turn_ended."""
 
     turn_started: Callable[[Trajectory, GenRequest], None] = _nothing
     """Before a model turn is generated. `traj.turns` counts the turns before it; `traj.segments[-1]`
@@ -39,6 +40,9 @@ class RolloutObserver:
     tool_results: Callable[[Trajectory, list[ToolCall], list[ToolResult]], None] = _nothing
     """What the env returned for those calls, in order, with valid text (as the model will read
     them); also when the tool layer failed the turn. Not called when the env's step raised."""
+    user_turn: Callable[[Trajectory, str], None] = _nothing
+    """The env's next user message (`Env.next_user_turn`) after the model answered, before it is
+    rendered and appended; the turn's observation is then that user turn."""
     turn_ended: Callable[[Trajectory], None] = _nothing
     """Once for every turn_started: after its observation is appended (the trajectory goes on), or
     when the trajectory ended during the turn (`traj.status` and `traj.error` are then final), or
