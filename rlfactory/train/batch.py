@@ -18,6 +18,8 @@ from typing import Sequence
 
 import torch
 
+from rlfactory.images import Image
+from rlfactory.train.batch_images import BatchImages, PixelSource, row_pixels
 from rlfactory.trajectory import Trajectory
 
 
@@ -37,6 +39,8 @@ class TrainBatch:
     """[B, Lc] float: 1 where completion token j was sampled by the model."""
     sampler_logprobs: torch.Tensor
     """[B, Lc] float: the sampler's logprob of completion token j (0 where loss_mask is 0)."""
+    images: BatchImages | None = None
+    """The pixels of each prompt and completion row (None: no row has images)."""
 
     def __len__(self) -> int:
         return self.completion_ids.shape[0]
@@ -70,36 +74,44 @@ class TrainBatch:
             completion_mask=cm[:, :lc],
             loss_mask=self.loss_mask[idx, :lc],
             sampler_logprobs=self.sampler_logprobs[idx, :lc],
+            images=self.images.select(used, idx) if self.images is not None else None,
         )
 
     def to(self, device: torch.device | str) -> "TrainBatch":
-        return TrainBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        return TrainBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)
+                             if getattr(self, f.name) is not None})
 
 
-def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TrainBatch:
+def collate(trajectories: Sequence[Trajectory], pad_id: int, pixels: PixelSource | None = None) -> TrainBatch:
     """Pad `trajectories` into one TrainBatch (rows in the given order).
 
-    Trajectories whose prompt token ids are equal share one prompt row. A trajectory without a
-    prompt segment uses its first token as the prompt (the first token is never predicted).
-    Model tokens without sampler logprobs get 0.0 there.
+    Trajectories whose prompt token ids (and prompt images) are equal share one prompt row. A
+    trajectory without a prompt segment uses its first token as the prompt (the first token is
+    never predicted). Model tokens without sampler logprobs get 0.0 there. Images become pixels
+    through `pixels` (the VL ToolManager; a ValueError if a trajectory has images and it is None).
     """
     if not trajectories:
         raise ValueError("collate needs at least one trajectory")
-    prompts: dict[tuple[int, ...], int] = {}
+    prompts: dict[tuple[tuple[int, ...], tuple[str, ...]], int] = {}
     index, comps, masks, lps = [], [], [], []
+    prompt_images: dict[int, list[Image]] = {}  # prompt row -> its images
+    completion_images: list[list[Image]] = []  # the images after each trajectory's prompt
     for t in trajectories:
         ids, mask = t.input_ids, t.loss_mask
         p = max(t.prompt_len, 1) if ids else 0
-        key = tuple(ids[:p]) or (pad_id,)
+        first = (t.segments[0].images or []) if t.prompt_len else []
+        key = (tuple(ids[:p]) or (pad_id,), tuple(im.sha256 for im in first))
         index.append(prompts.setdefault(key, len(prompts)))
+        prompt_images.setdefault(index[-1], first)
+        completion_images.append([im for s in t.segments[1 if t.prompt_len else 0:] for im in s.images or ()])
         comps.append(ids[p:])
         masks.append(mask[p:])
         sampler = t.sampler_logprobs[p - t.prompt_len :] if t.prompt_len <= p else []
         lps.append(sampler[: len(ids) - p])
-    lp_max = max(len(k) for k in prompts)
+    lp_max = max(len(k) for k, _ in prompts)
     prompt_ids = torch.full((len(prompts), lp_max), pad_id, dtype=torch.long)
     prompt_mask = torch.zeros((len(prompts), lp_max), dtype=torch.long)
-    for key, row in prompts.items():
+    for (key, _), row in prompts.items():
         prompt_ids[row, : len(key)] = torch.tensor(key, dtype=torch.long)
         prompt_mask[row, : len(key)] = 1
     b, lc = len(trajectories), max(1, max(len(c) for c in comps))
@@ -115,8 +127,12 @@ def collate(trajectories: Sequence[Trajectory], pad_id: int) -> TrainBatch:
             loss_mask[i, :n] = torch.tensor(m, dtype=torch.float32)
         if s:
             sampler[i, : len(s)] = torch.tensor(s, dtype=torch.float32)
+    images = None
+    if any(prompt_images.values()) or any(completion_images):
+        images = BatchImages([row_pixels(prompt_images[r], pixels) for r in range(len(prompts))],
+                             [row_pixels(c, pixels) for c in completion_images])
     return TrainBatch(prompt_ids, prompt_mask, torch.tensor(index, dtype=torch.long), completion_ids,
-                      completion_mask, loss_mask, sampler * loss_mask)
+                      completion_mask, loss_mask, sampler * loss_mask, images)
 
 
 def row_shape(t: Trajectory) -> tuple[int, int, int]:

@@ -7,9 +7,9 @@ positions (Qwen2-VL's 3-D M-RoPE, from its `get_rope_index` over the whole seque
 what makes a forward of the whole trajectory equal the same computed turn by turn with a KV cache
 (`incremental_logits`, the generator's way: each turn's images go in with that turn).
 
-Not yet wired into the batched update (rlfactory/train/logprobs.py shares prompts across a
-group and runs the decoder alone, without the vision tower): these functions run one trajectory
-at a time.
+These functions run one trajectory at a time: the reference that the trainer's batched forward
+(rlfactory/train/logprobs.py with batch_images.py: shared prompts, padding, micro-batches) is
+tested against.
 """
 
 from __future__ import annotations

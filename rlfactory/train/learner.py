@@ -21,6 +21,7 @@ from rlfactory.algos.advantages import TURN, advantage_kind, gae_advantages, get
 from rlfactory.train.annotate import annotate_trajectories
 from rlfactory.train.staleness import is_weight_stats
 from rlfactory.train.batch import TrainBatch, collate, empty_batch, loss_tokens, row_shape
+from rlfactory.train.batch_images import PixelSource
 from rlfactory.config import RunConfig
 from rlfactory.train.critic import Critic
 from rlfactory.train.data import step_generator
@@ -60,11 +61,13 @@ class Advantages:
 
 class Learner:
     """Owns the policy side of a run. `model` is the rollout model (the session's), trained in
-    place in one process; `pad_id` pads the training batches."""
+    place in one process; `pad_id` pads the training batches; `pixels` turns trajectories' images
+    into the model's pixel inputs (a vision-language ToolManager; None for text models)."""
 
-    def __init__(self, cfg: RunConfig, model: Any, pad_id: int, parallel: Parallel) -> None:
+    def __init__(self, cfg: RunConfig, model: Any, pad_id: int, parallel: Parallel,
+                 pixels: PixelSource | None = None) -> None:
         tr, algo = cfg.trainer, cfg.algo
-        self.cfg, self.parallel, self.pad_id = cfg, parallel, pad_id
+        self.cfg, self.parallel, self.pad_id, self.pixels = cfg, parallel, pad_id, pixels
         self.device = next(model.parameters()).device
         self.temperature = cfg.sampling.logprob_temperature
         if tr.gradient_checkpointing:
@@ -102,7 +105,7 @@ class Learner:
         idx = torch.nonzero(keep).squeeze(-1)
         own = owners[idx] == self.parallel.rank
         mine = [trajs[i] for i in idx[own].tolist()]
-        batch = collate(mine, self.pad_id).to(self.device) if mine else empty_batch(self.device)
+        batch = collate(mine, self.pad_id, self.pixels).to(self.device) if mine else empty_batch(self.device)
         layout = RowLayout(owners[idx], torch.tensor([float(loss_tokens(trajs[i])) for i in idx.tolist()]),
                            self.parallel.rank, self.parallel.world_size,
                            shape=torch.tensor([row_shape(trajs[i]) for i in idx.tolist()], dtype=torch.long).view(-1, 3))

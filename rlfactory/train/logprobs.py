@@ -9,6 +9,10 @@ Two savings over a plain forward of every trajectory:
 `share_prefix=False` runs every trajectory in full instead (needed with gradient checkpointing,
 which drops the key/value cache); both give the same numbers up to float rounding.
 
+A batch with images (TrainBatch.images, a vision-language model) runs the same passes through the
+multimodal model: each pass gets its rows' pixels and the model's own M-RoPE positions of the
+whole rows (batch_images.py), so rows with and without images share a batch.
+
 Logits are divided by the sampling temperature before the softmax, so the training model's
 logprobs are comparable with the sampler's (see rlfactory/generation/sampling.py).
 """
@@ -26,6 +30,7 @@ from rlfactory.algos.utils import entropy_from_logits, token_logprobs
 from rlfactory.generation.attention_masks import mask_plan
 from rlfactory.generation.kv_cache import cache_kwarg, returned_cache
 from rlfactory.train.batch import TrainBatch, filler_batch, micro_batches
+from rlfactory.train.batch_images import joined, mrope_positions, multimodal_body, pixel_kwargs
 
 
 def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
@@ -36,9 +41,10 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
 
 
 def decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
-    """(the transformer body, the LM head) of a causal LM, or of a peft model's base."""
+    """(the transformer body, the LM head) of a causal LM, or of a peft model's base. The body of a
+    vision-language model is its multimodal model (vision tower + text model), which takes pixels."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.get_decoder(), base.get_output_embeddings()
+    return multimodal_body(base) or base.get_decoder(), base.get_output_embeddings()
 
 
 def predictive_hidden(decoder: nn.Module, batch: TrainBatch, share_prefix: bool = True) -> torch.Tensor:
@@ -49,7 +55,11 @@ def predictive_hidden(decoder: nn.Module, batch: TrainBatch, share_prefix: bool 
     pm, cm, idx = batch.prompt_mask, batch.completion_mask, batch.prompt_index
     plen = pm.sum(-1)  # [P]
     lc = batch.completion_ids.shape[1]
-    plan = mask_plan(decoder)  # sliding-window layers: masks by position (padding splits the columns)
+    # sliding-window layers: masks by position (padding splits the columns)
+    plan = mask_plan(getattr(decoder, "language_model", decoder))
+    images = batch.images
+    if images is not None and not hasattr(decoder, "get_rope_index"):
+        raise ValueError(f"a batch with images needs a vision-language model; {type(decoder).__name__} takes no pixels")
 
     def attention(mask: torch.Tensor, key_pos: torch.Tensor, query_pos: torch.Tensor) -> Any:
         if plan is None:
@@ -62,28 +72,44 @@ def predictive_hidden(decoder: nn.Module, batch: TrainBatch, share_prefix: bool 
         mask = torch.cat([pm[idx], cm], 1)
         # positions count real tokens only, so a padded prompt continues at its own length
         pos = torch.cat([(pm.cumsum(-1) - 1).clamp(min=0)[idx], plen[idx, None] + torch.arange(lc, device=cm.device)], 1)
-        h = decoder(input_ids=ids, attention_mask=attention(mask, pos, pos), position_ids=pos,
-                    use_cache=False).last_hidden_state
+        positions, pixels = pos, {}
+        if images is not None:  # each row's prompt images, then its own
+            rows = [joined(images.prompts[p], images.completions[b]) for b, p in enumerate(idx.tolist())]
+            positions, pixels = mrope_positions(decoder, ids, mask, rows), pixel_kwargs(rows)
+        h = decoder(input_ids=ids, attention_mask=attention(mask, pos, pos), position_ids=positions,
+                    use_cache=False, **pixels).last_hidden_state
         start = plen[idx] - 1  # the state after the last prompt token predicts completion token 0
         cols = torch.cat([start[:, None], pm.shape[1] + torch.arange(lc - 1, device=cm.device).expand(len(idx), -1)], 1)
         return h.gather(1, cols.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
     pos_p = (pm.cumsum(-1) - 1).clamp(min=0)
+    positions, pixels = pos_p, {}
+    if images is not None:
+        positions, pixels = mrope_positions(decoder, batch.prompt_ids, pm, images.prompts), pixel_kwargs(images.prompts)
     # A config-less cache keeps every column (a model's own cache drops keys that slid out of a window).
-    out = decoder(input_ids=batch.prompt_ids, attention_mask=attention(pm, pos_p, pos_p), position_ids=pos_p,
-                  **cache_kwarg(decoder, DynamicCache()), use_cache=True)
+    out = decoder(input_ids=batch.prompt_ids, attention_mask=attention(pm, pos_p, pos_p), position_ids=positions,
+                  **cache_kwarg(decoder, DynamicCache()), use_cache=True, **pixels)
     cache = DynamicCache()
     for layer, entry in enumerate(returned_cache(out).layers):
         cache.update(entry.keys.index_select(0, idx), entry.values.index_select(0, idx), layer)
     last = out.last_hidden_state[torch.arange(len(plen), device=pm.device), plen - 1][idx]  # [B, H]
     if lc == 1:
         return last.unsqueeze(1)
-    pos_c = plen[idx, None] + torch.arange(lc - 1, device=cm.device)
-    mask_c = torch.cat([pm[idx], cm[:, :-1]], 1)
+    # The last completion column predicts nothing; with images it runs anyway, so that no image
+    # is cut off from its pads (the pass's pixels fill every pad of its columns).
+    n = lc if images is not None else lc - 1
+    pos_c = plen[idx, None] + torch.arange(n, device=cm.device)
+    mask_c = torch.cat([pm[idx], cm[:, :n]], 1)
+    positions, pixels = pos_c, {}
+    if images is not None:  # the whole rows' positions (prompt, then completion), cut after the prompts
+        rows = [joined(images.prompts[p], images.completions[b]) for b, p in enumerate(idx.tolist())]
+        full = torch.cat([batch.prompt_ids[idx], batch.completion_ids], 1)
+        positions = mrope_positions(decoder, full, mask_c, rows)[:, :, pm.shape[1]:]
+        pixels = pixel_kwargs(images.completions)
     hc = decoder(
-        input_ids=batch.completion_ids[:, :-1], attention_mask=attention(mask_c, torch.cat([pos_p[idx], pos_c], 1), pos_c),
-        position_ids=pos_c, **cache_kwarg(decoder, cache), use_cache=True,
+        input_ids=batch.completion_ids[:, :n], attention_mask=attention(mask_c, torch.cat([pos_p[idx], pos_c], 1), pos_c),
+        position_ids=positions, **cache_kwarg(decoder, cache), use_cache=True, **pixels,
     ).last_hidden_state
-    return torch.cat([last.unsqueeze(1), hc], 1)
+    return torch.cat([last.unsqueeze(1), hc[:, : lc - 1]], 1)
 
 
 def policy_forward(
@@ -153,7 +179,7 @@ def _with_padding_column(batch: TrainBatch) -> TrainBatch:
         return torch.cat([x, torch.zeros_like(x[:, :1])], 1)
 
     return TrainBatch(batch.prompt_ids, batch.prompt_mask, batch.prompt_index, widen(batch.completion_ids),
-                      widen(batch.completion_mask), widen(batch.loss_mask), widen(batch.sampler_logprobs))
+                      widen(batch.completion_mask), widen(batch.loss_mask), widen(batch.sampler_logprobs), batch.images)
 
 
 @torch.no_grad()

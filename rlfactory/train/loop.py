@@ -32,6 +32,7 @@ from rlfactory.config import RunConfig
 from rlfactory.train.data import PromptSampler, derive_seed
 from rlfactory.train.evaluate import evaluate
 from rlfactory.train.learner import Learner
+from rlfactory.train.batch_images import PixelSource
 from rlfactory.train.model import load_full_weights, load_lora_weights
 from rlfactory.train.parallel import Parallel, SingleProcess
 from rlfactory.train.runlog import RunLog
@@ -58,7 +59,11 @@ class Trainer:
         self.session = session
         self.test_rows = test_rows or []
         self.tokenizer = session.tokenizer
-        self.learner = Learner(cfg, session.model, pad_id_of(session.tokenizer, session.model), self.parallel)
+        # A vision-language ToolManager turns trajectories' images into pixels (a session put
+        # together by hand, as tests do, may have no ToolManager: text only).
+        tm = getattr(session, "tool_manager", None)
+        self.learner = Learner(cfg, session.model, pad_id_of(session.tokenizer, session.model), self.parallel,
+                               pixels=tm if isinstance(tm, PixelSource) else None)
         self.sampler = PromptSampler(train_rows, cfg.trainer.prompts_per_step, cfg.trainer.seed)
         self.progress = Progress()
         # Generators that do not read the policy in place get its weights pushed after updates:
