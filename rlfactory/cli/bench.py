@@ -1,5 +1,6 @@
 """`rlfactory bench bfcl --model M [--family F] [--categories ...] [--prompt-style tools|bfcl]
-[--limit N] [--out FILE.jsonl] [KEY=VALUE ...]`: the Berkeley Function Calling Leaderboard."""
+[--limit N] [--out FILE.jsonl] [KEY=VALUE ...]`: the Berkeley Function Calling Leaderboard,
+single- and multi-turn."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description="Run a public benchmark on a model with its own data and scorer.")
     sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     b = sub.add_parser(
-        "bfcl", help="BFCL single-turn categories, scored by the bfcl-eval package's own checkers",
+        "bfcl", help="BFCL's single- and multi-turn categories, scored by the bfcl-eval package's own checkers",
         description="Roll out BFCL's entries greedily (one per entry), score each with bfcl-eval's AST and "
-        "relevance checkers, print accuracy per category and BFCL's summary, and write every entry (the "
-        "model's calls, output and BFCL's verdict) as JSON lines.")
+        "relevance checkers (single-turn) or its state and response checkers on its executable backends "
+        "(multi-turn), print accuracy per category and BFCL's summary, and write every entry (the model's "
+        "calls, output and BFCL's verdict) as JSON lines.")
     b.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="dotted config overrides, e.g. rollout.max_new_tokens=256 generator.backend=server")
     b.add_argument("--model", required=True, help="a Hugging Face folder, a checkpoint's model/, a .gguf, "
@@ -30,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "what model.family resolves to for the model)")
     b.add_argument("--categories", default="all", help="comma-separated BFCL categories (simple, multiple, "
                    "parallel, parallel_multiple, irrelevance, their live_ versions, live_relevance, java, "
-                   "javascript) or groups (all = the ten of the leaderboard's AST + irrelevance columns, "
-                   "live, non_live, single_turn); default all")
+                   "javascript, multi_turn_base, multi_turn_miss_func, multi_turn_miss_param, "
+                   "multi_turn_long_context) or groups (all = the ten of the leaderboard's AST + irrelevance "
+                   "columns, live, non_live, single_turn, multi_turn); default all")
     b.add_argument("--prompt-style", choices=("tools", "bfcl"), default="tools",
                    help="tools: the model's chat template with the functions as tools; bfcl: BFCL's own "
                    "system prompt, calls written as [f(a=1)], for models without tool support")
@@ -46,9 +49,12 @@ def run_bfcl_command(args: argparse.Namespace) -> int:
     from rlfactory.train.bfcl_bench import bfcl_config, run_bfcl
 
     try:
-        categories = resolve_categories(args.categories)
+        categories = resolve_categories(args.categories, multi_turn=True)
     except (ValueError, ImportError) as e:
         print(f"rlfactory bench bfcl: {e}", file=sys.stderr)
+        return 2
+    if args.prompt_style != "tools" and any(c.startswith("multi_turn") for c in categories):
+        print("rlfactory bench bfcl: the multi-turn categories run with --prompt-style tools only", file=sys.stderr)
         return 2
     cfg = bfcl_config(args.model, args.family, args.prompt_style, args.overrides)
     report = asyncio.run(run_bfcl(cfg, categories, limit=args.limit))

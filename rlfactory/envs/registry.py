@@ -38,9 +38,10 @@ _BUILTIN: dict[str, str] = {
     "calculator": "rlfactory.envs.calculator:CalculatorEnv",
     "visual": "rlfactory.envs.visual:VisualEnv",
     "bfcl": "rlfactory.envs.bfcl:BfclEnv",
+    "bfcl_multi_turn": "rlfactory.envs.bfcl.multi_turn_env:BfclMultiTurnEnv",
     "verifiers": "rlfactory.envs.adapters.verifiers_env:VerifiersEnv",
     "openenv": "rlfactory.envs.adapters.openenv_env:OpenEnvEnv",
-    "agent": "rlfactory.serve.gateway_agents:AgentEnv",  # a user's agent through the recording gateway
+    "agent": "rlfactory.train.gateway_agents:AgentEnv",  # a user's agent through the recording gateway
 }
 
 ENTRY_POINT_GROUP = "rlfactory.envs"

@@ -90,8 +90,10 @@ def test_categories_resolve_aliases_and_name_the_unknown():
                                                        "live_irrelevance", "live_relevance"]
     with pytest.raises(ValueError, match="'simpel'.*choose from"):
         resolve_categories("simpel")
-    with pytest.raises(ValueError, match="not supported yet"):
-        resolve_categories(["multi_turn_base"])
+    with pytest.raises(ValueError, match="a multi-turn category: the bfcl_multi_turn env runs it"):
+        resolve_categories(["multi_turn_base"])  # the single-turn env's
+    assert resolve_categories("simple,multi_turn", multi_turn=True) == [
+        "simple_python", "multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"]
 
 
 def test_env_records_the_turns_calls_and_scores_them():

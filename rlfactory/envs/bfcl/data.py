@@ -33,15 +33,20 @@ def single_turn_categories() -> list[str]:
     return list(bfcl().categories.SINGLE_TURN_CATEGORY)
 
 
-def resolve_categories(names: list[str] | tuple[str, ...] | str) -> list[str]:
-    """BFCL category names (aliases, `single_turn`, `live`, `non_live`, `all` allowed); a
-    ValueError naming the unknown one and the choices."""
+def resolve_categories(names: list[str] | tuple[str, ...] | str, multi_turn: bool = False) -> list[str]:
+    """BFCL category names (aliases, `single_turn`, `live`, `non_live`, `all` allowed; with
+    `multi_turn`, also the multi-turn categories and the group `multi_turn`); a ValueError naming
+    the unknown one and the choices."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     b = bfcl()
     known = set(b.categories.SINGLE_TURN_CATEGORY)
     groups = {"single_turn": list(b.categories.SINGLE_TURN_CATEGORY), "live": list(b.categories.LIVE_CATEGORY),
               "non_live": list(b.categories.NON_LIVE_CATEGORY), "all": list(DEFAULT_CATEGORIES)}
+    multi = list(b.categories.MULTI_TURN_CATEGORY)
+    if multi_turn:
+        known |= set(multi)
+        groups["multi_turn"] = multi
     out: list[str] = []
     for name in names:
         if name in groups:
@@ -49,8 +54,7 @@ def resolve_categories(names: list[str] | tuple[str, ...] | str) -> list[str]:
         elif ALIASES.get(name, name) in known:
             picked = [ALIASES.get(name, name)]
         else:
-            multi = set(b.categories.MULTI_TURN_CATEGORY)
-            why = " (multi-turn categories are not supported yet)" if name in multi else ""
+            why = " (a multi-turn category: the bfcl_multi_turn env runs it)" if name in multi else ""
             raise ValueError(f"bfcl: unknown category {name!r}{why}; choose from "
                              f"{', '.join(sorted(known | set(ALIASES) | set(groups)))}")
         out += [c for c in picked if c not in out]

@@ -2,9 +2,9 @@
 checkers (`multi_turn_checker`, which replays the model's calls and the ground truth on BFCL's
 executable backends: file system, messaging, trading, travel, vehicle, ...).
 
-Scoring only, so far: rolling these out needs the engine to insert each next user turn after the
-model's answer, which it does not do yet. `check_multi_turn` takes the calls per turn and step as
-call strings (`cd(folder='document')`, as BFCL's `decode_execute` gives them).
+Rolling them out is the `bfcl_multi_turn` env's (multi_turn_env.py). `check_multi_turn` takes the
+calls per turn and step as call strings (`cd(folder='document')`, as BFCL's `decode_execute` gives
+them).
 
 bfcl-eval keeps backend instances in a module's globals, named by model, entry and class, and
 reuses one that exists: scoring the same entry twice (n samples of a group) would start from the

@@ -66,6 +66,7 @@ class Bfcl:
     type_mappings: Any  # bfcl_eval.constants.type_mappings: GORILLA_TO_OPENAPI
     summary: Any  # bfcl_eval.eval_checker.eval_runner_helper: calculate_(un)weighted_accuracy
     multi_turn: Any  # bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker
+    prompts: Any  # bfcl_eval.constants.default_prompts: MAXIMUM_STEP_LIMIT, the miss-func user prompts
 
 
 _LOADED: Bfcl | None = None
@@ -84,7 +85,7 @@ def bfcl() -> Bfcl:
         mods = [importlib.import_module(f"bfcl_eval.{m}") for m in (
             "utils", "constants.category_mapping", "eval_checker.ast_eval.ast_checker", "model_handler.utils",
             "constants.enums", "constants.type_mappings", "eval_checker.eval_runner_helper",
-            "eval_checker.multi_turn_eval.multi_turn_checker")]
+            "eval_checker.multi_turn_eval.multi_turn_checker", "constants.default_prompts")]
     except ImportError as e:
         raise ImportError(f"{INSTALL_HINT} ({type(e).__name__}: {e})") from e
     _LOADED = Bfcl(*mods)

@@ -76,7 +76,8 @@ def accuracy_summary(per_category: dict[str, tuple[float, int]]) -> dict[str, fl
     """BFCL's leaderboard aggregates over the categories present, with its own
     calculate_(un)weighted_accuracy: `non_live_ast` (unweighted over simple (itself unweighted over
     python/java/javascript), multiple, parallel, parallel_multiple), `live_ast` (weighted by entries
-    over the live_ ones), and the irrelevance/relevance categories as they are."""
+    over the live_ ones), `multi_turn` (unweighted over the multi-turn ones, BFCL's "Multi Turn
+    Overall"), and the irrelevance/relevance categories as they are."""
     helper = bfcl().summary
 
     def acc(names: list[str]) -> list[dict[str, Any]]:
@@ -92,6 +93,9 @@ def accuracy_summary(per_category: dict[str, tuple[float, int]]) -> dict[str, fl
     live = acc(["live_simple", "live_multiple", "live_parallel", "live_parallel_multiple"])
     if live:
         out["live_ast"] = helper.calculate_weighted_accuracy(live, False)["accuracy"]
+    multi = acc(list(bfcl().categories.MULTI_TURN_CATEGORY))
+    if multi:
+        out["multi_turn"] = helper.calculate_unweighted_accuracy(multi, False)["accuracy"]
     for name in ("irrelevance", "live_irrelevance", "live_relevance"):
         if name in per_category:
             out[name] = per_category[name][0]
