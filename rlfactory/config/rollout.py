@@ -136,8 +136,9 @@ class RolloutConfig(Section):
     the older turns are replaced by a summary that the policy (or `summary_tool`) writes. When the
     next prompt does not extend the previous one token for token, a new sample of the same episode
     starts (DESIGN.md "Branches"): it shares the episode's reward and advantage, and its prompt
-    holds the rewritten history (loss mask 0). rollout.max_total_tokens then bounds each prompt
-    the model sees, not the whole episode."""
+    holds the rewritten history (loss mask 0). The trainer scores the episode once and trains its
+    samples. rollout.max_total_tokens then bounds each prompt the model sees, not the whole
+    episode. Every mode but keep is for text-only tool managers."""
     context_turns: int = 4
     """sliding_window: how many of the latest turns (a model turn and its tool results) stay."""
     summarize_at: int | None = None
