@@ -12,6 +12,7 @@ Everything started is stopped when the block exits.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Literal, Sequence
 
@@ -20,6 +21,8 @@ from rlfactory.protocols import Generator
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.generation.local import LocalGenerator
 from rlfactory.generation.model_source import check_model_path, load_model, pick_device, resolve_model_path
+
+log = logging.getLogger("rlfactory.train")
 
 if TYPE_CHECKING:
     from torch import nn
@@ -71,10 +74,12 @@ def tool_manager_for(model_cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase,
 
 
 def checked_tool_manager(model_cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase,
-                         model_type: str | None) -> ToolManager:
+                         model_type: str | None, rerenders: bool = False) -> ToolManager:
     """`tool_manager_for`, its token contract checked against the tokenizer. When a `model.family`
     set in the config breaks the contract and the family read from the chat template keeps it, a
-    ConfigError says so in one line."""
+    ConfigError says so in one line. `rerenders` (rollout.context: drop_thinking): the rollout
+    renders each turn's prompt with the template and starts a new sample where it rewrites earlier
+    turns, so a broken contract (e.g. Qwen3's template dropping think blocks) is logged, not raised."""
     from rlfactory.chat import TokenContractError, check_token_contract, guess_family
     from rlfactory.config import ConfigError
 
@@ -82,6 +87,10 @@ def checked_tool_manager(model_cfg: ModelConfig, tokenizer: PreTrainedTokenizerB
     try:
         check_token_contract(tool_manager, tokenizer, model_name=model_cfg.path)
     except TokenContractError as e:
+        if rerenders:
+            log.info("the chat template rewrites earlier turns (%s); rollout.context=drop_thinking starts a new "
+                     "sample of the episode where it does", str(e).strip().splitlines()[0][:300])
+            return tool_manager
         if model_cfg.family is None:
             raise
         try:
@@ -181,7 +190,8 @@ async def open_rollout(
             tokenizer = tokenizer if tokenizer is not None else loaded_tok
         elif tokenizer is None:
             tokenizer = load_tokenizer(cfg.model)
-        tool_manager = checked_tool_manager(cfg.model, tokenizer, _model_type(cfg.model, model))
+        tool_manager = checked_tool_manager(cfg.model, tokenizer, _model_type(cfg.model, model),
+                                            rerenders=cfg.rollout.context == "drop_thinking")
         if on_servers:
             generator = open_server_generator(gen_cfg, tokenizer, tool_manager, cfg.sampling.seed)
         else:
