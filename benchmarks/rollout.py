@@ -140,7 +140,7 @@ def generation_throughput(args, model, tok, tm, runner_specs):
     def ours(share: bool) -> float:
         gen = LocalGenerator(model, pad, [], tokenizer=tok, max_batch=256, seed=0)
         if not share:
-            gen.loop.min_shared_prefix = 10**9
+            gen.loop.prefill.min_shared_prefix = 10**9
         reqs = [GenRequest(p, max_new_tokens=n_new, sampling=sampling, stop_token_ids=[]) for p in prompts]
         t0 = time.perf_counter()
         res = asyncio.run(gen.generate(reqs))

@@ -4,7 +4,7 @@ One forward pass pads its rows to the longest, so rows that differ by whole tool
 compute on padding when they share a pass, and every extra pass costs its fixed work (each layer's
 dispatch, the weights read once more). `plan_micro_batches` finds the split where padded positions
 plus that per-pass cost are least. The trainer plans its update passes with it
-(rlfactory/train/parallel.py), the local generator its prefills (rlfactory/generation/decode.py).
+(rlfactory/train/parallel.py), the local generator its prefills (rlfactory/generation/prefill.py).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ the graph is recorded and replayed until the shape changes again. The graph read
 tensors it owns (token ids, write positions) that the host refills before each replay.
 
 `StaticDecode(graphs=False)` runs the same fixed-shape step without a graph (on any device: the CPU
-tests compare it with DecodeLoop's trimmed eager step). A graph is only valid for the model object
-and the cache buffers it was recorded with, so it is keyed on both and dropped with the session's
+tests compare it with the trimmed eager decode step of decode_step.py). A graph is only valid for
+the model object and the cache buffers it was recorded with, so it is keyed on both and dropped with the session's
 cache (a trainer may change the model between rollouts: switch adapters, move it, replace it).
 """
 

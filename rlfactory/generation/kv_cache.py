@@ -5,7 +5,7 @@ in place (no per-step `torch.cat` of the whole cache, which is what DynamicLayer
 dominates a CPU decode step for long contexts), and nothing else moves when a row joins or
 leaves. A finished turn's cache is kept as a `RowKV` (its real columns) and copied into a slot
 again for the trajectory's next turn. `new_cache` / `cache_of_rows` / `take_row` serve the padded
-prefill of attention kernels that cannot take masks by position (decode.py).
+prefill of attention kernels that cannot take masks by position (prefill.py).
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ import torch
 
 from rlfactory.openmp import release_pool
 from rlfactory.generation.attention_masks import mask_plan
-from rlfactory.generation.decode import DecodeLoop, Row
+from rlfactory.generation.decode import DecodeLoop
 from rlfactory.generation.decode_graph import StaticDecode
+from rlfactory.generation.rows import Row
 from rlfactory.protocols import GenRequest, GenResult, generate_all
 
 
@@ -87,19 +88,20 @@ class LocalGenerator:
 
     @property
     def logits_processor(self) -> Callable | None:
-        return self.loop.logits_processor
+        return self.loop.forward.logits_processor
 
     @logits_processor.setter
     def logits_processor(self, fn: Callable | None) -> None:
-        self.loop.logits_processor = fn
+        self.loop.forward.logits_processor = fn
 
     @property
     def stats(self) -> dict[str, float]:
         """Counters: decode steps, prefills, prefilled / reused / shared tokens, sampled tokens, busy
         seconds; with CUDA graphs also graph captures and replays."""
-        if self.loop.static is None:
+        static = self.loop.decode.static
+        if static is None:
             return self.loop.stats
-        return {**self.loop.stats, **self.loop.static.stats}
+        return {**self.loop.stats, **static.stats}
 
     @property
     def busy(self) -> bool:
@@ -110,7 +112,7 @@ class LocalGenerator:
     @property
     def kept_sessions(self) -> int:
         """How many trajectories' caches are kept between turns right now."""
-        return len(self.loop.sessions)
+        return len(self.loop.kept)
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -133,11 +135,7 @@ class LocalGenerator:
 
     def forget(self, session: str | None = None) -> None:
         """Drop the cache kept for `session` (None: for every session)."""
-        with self.loop.lock:
-            if session is None:
-                self.loop.sessions.clear()
-            else:
-                self.loop.sessions.pop(session, None)
+        self.loop.kept.forget(session)
 
     def free_cache(self) -> None:
         """Free the decode cache's buffers (kept between worker sessions so that a rollout does not

@@ -34,8 +34,8 @@ def reference(model, prompt, n):
 def static_generator(model, **kw) -> LocalGenerator:
     """A CPU generator whose decode steps take the fixed-shape path (without a graph)."""
     gen = LocalGenerator(model, pad_id=0, **kw)
-    assert gen.loop.static is None  # off on the CPU by default
-    gen.loop.static = StaticDecode(graphs=False, pad_id=0)
+    assert gen.loop.decode.static is None  # off on the CPU by default
+    gen.loop.decode.static = StaticDecode(graphs=False, pad_id=0)
     return gen
 
 
@@ -59,7 +59,7 @@ def test_fixed_shape_steps_match_generate_and_the_eager_steps(make):
     gen = static_generator(model, max_batch=4)
     fixed = asyncio.run(gen.generate(reqs))
     eager = asyncio.run(LocalGenerator(model, pad_id=0, max_batch=4).generate(reqs))
-    st = gen.loop.static.stats
+    st = gen.loop.decode.static.stats
     assert st["static_steps"] == gen.stats["steps"] > 0 and st["graph_captures"] == 0
     assert gen.stats["prefills"] > 1 and gen.stats["moved_rows"] > 0
     for p, req, a, b in zip(ps, reqs, fixed, eager):
@@ -114,7 +114,7 @@ def test_fixed_shapes_need_a_kernel_that_takes_4d_masks():
 
 def test_cuda_graphs_knob_defaults_on_and_is_ignored_on_the_cpu():
     assert RolloutConfig().cuda_graphs is True and RolloutConfig(cuda_graphs=False).cuda_graphs is False
-    assert LocalGenerator(tiny_random_lm(), pad_id=0, cuda_graphs=True).loop.static is None
+    assert LocalGenerator(tiny_random_lm(), pad_id=0, cuda_graphs=True).loop.decode.static is None
     assert "graph_replays" not in LocalGenerator(tiny_random_lm(), pad_id=0).stats
 
 

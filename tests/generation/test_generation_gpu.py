@@ -68,7 +68,7 @@ def test_gpu_cuda_graph_decode_matches_eager_decode(make):
     eager = LocalGenerator(model, pad_id=0, device="cuda", max_batch=4, cuda_graphs=False)
     a = asyncio.run(graphed.generate(reqs))
     b = asyncio.run(eager.generate(reqs))
-    assert eager.loop.static is None
+    assert eager.loop.decode.static is None
     assert graphed.stats["graph_captures"] >= 2 and graphed.stats["graph_replays"] > graphed.stats["steps"] // 2
     for p, req, x, y in zip(ps, reqs, a, b):
         assert x.token_ids == y.token_ids

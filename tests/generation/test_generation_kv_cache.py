@@ -69,7 +69,7 @@ def test_both_prefills_decode_like_generate_across_turns(in_slots):
     greedy = SamplingConfig(greedy=True)
     gen = LocalGenerator(model, pad_id=0)
     if not in_slots:
-        gen.loop.position_plan = lambda: None
+        gen.loop.forward.position_plan = lambda: None
     shared = [(3 * j) % 250 + 1 for j in range(20)]  # >= min_shared_prefix: computed once
     prompts = [shared + [(11 * i + j) % 250 + 1 for j in range(1 + 4 * i)] for i in range(4)]
 

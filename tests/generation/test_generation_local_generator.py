@@ -11,7 +11,7 @@ import torch
 from generation_fakes import CodepointTokenizer, tiny_random_lm
 
 from rlfactory.config import SamplingConfig
-from rlfactory.generation.decode import prefill_groups
+from rlfactory.generation.prefill import prefill_groups
 from rlfactory.protocols import GenRequest
 from rlfactory.generation.local import LocalGenerator
 
@@ -60,7 +60,7 @@ def test_continuous_batching_matches_one_at_a_time_generate():
 
 def test_new_rows_of_very_different_lengths_prefill_in_separate_forwards():
     """Two long prompts and three short ones arrive together: padding the short ones to the long
-    ones' length would cost more than a second forward (decode.py PREFILL_OVERHEAD_TOKENS), so
+    ones' length would cost more than a second forward (prefill.py PREFILL_OVERHEAD_TOKENS), so
     they prefill in two; rows of similar length share one. Same tokens as one-at-a-time generate."""
     model = tiny_random_lm()
     gen = LocalGenerator(model, pad_id=0)

@@ -1,0 +1,169 @@
+"""Prefill: new requests join the running batch.
+
+Each new request takes a free slot of the decode cache, whatever cache it can reuse is copied
+there (its own trajectory's cache from its previous turn, a kept session, or a prefix it shares
+with the other new rows, computed once), and a forward over those slots writes the new tokens
+right after it (masks by position); their first token is sampled. New rows of very different
+lengths (one brings a 256-token tool response, another a few tokens) prefill in separate forwards
+on the CPU, where that saves more padded positions than the extra forward costs
+(`prefill_groups`). Attention kernels that take only padding masks (flash, flex) prefill in a
+left-padded cache of their own instead and each row is then copied into its slot.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from rlfactory.generation.attention_masks import MaskPlan
+from rlfactory.generation.forward import Forward
+from rlfactory.generation.kept import KeptCaches
+from rlfactory.generation.kv_cache import RowKV, cache_kwarg, cache_of_rows, new_cache, take_row
+from rlfactory.generation.rows import Row
+from rlfactory.generation.slots import Slots
+from rlfactory.generation.stops import StopCheck
+from rlfactory.passes import plan_micro_batches
+
+PREFILL_OVERHEAD_TOKENS = 48
+"""What one more prefill forward costs on the CPU, in prefilled tokens: rlfactory's tiny 10M model
+on 2 CPU cores (1 or 2 threads) took 7-10 ms for a forward of 8 tokens and 0.12-0.2 ms per token
+more. A prefill of rows of 512, 64 and 64 new tokens took 400 ms padded into one forward against
+146 ms in three (1 thread)."""
+
+
+def prefill_groups(lengths: list[int], device: torch.device) -> list[list[int]]:
+    """The forwards that prefill rows of these new-token counts (positions into `lengths`). On the
+    CPU, where a forward costs its tokens, rows of very different lengths go in separate forwards
+    where that saves more padded positions than PREFILL_OVERHEAD_TOKENS (rlfactory/passes.py). On
+    an accelerator a small model's forward costs its kernel launches, not its padded positions
+    (decode_graph.py: ~45 ms of launches for well under 5 ms of GPU work), so they stay one."""
+    if device.type != "cpu":
+        return [list(range(len(lengths)))]
+    none = [0] * len(lengths)
+    return plan_micro_batches(lengths, none, none, overhead=PREFILL_OVERHEAD_TOKENS)
+
+
+class Prefill:
+    """`prefill(rows)` seats the new rows and samples their first token; returns the rows already
+    done (max_new_tokens <= 0, or a stop at their first token)."""
+
+    def __init__(self, forward: Forward, slots: Slots, kept: KeptCaches, stops: StopCheck, pad_id: int,
+                 device: torch.device, stats: dict[str, float], min_shared_prefix: int = 16) -> None:
+        self.forward = forward
+        self.slots = slots
+        self.kept = kept
+        self.stops = stops
+        self.pad_id = pad_id
+        self.device = device
+        self.stats = stats
+        self.min_shared_prefix = min_shared_prefix
+
+    def __call__(self, rows: list[Row]) -> list[Row]:
+        now = time.perf_counter()
+        for r in rows:
+            r.t_start = now
+        done = [r for r in rows if r.req.max_new_tokens <= 0]
+        for r in done:
+            r.finish = "length"
+        rows = [r for r in rows if r.req.max_new_tokens > 0]
+        if not rows:
+            return done
+        pasts, news = map(list, zip(*(self.kept.reuse(r) for r in rows)))
+        self._share_prefix(pasts, news)
+        plan = self.forward.position_plan()
+        lengths = [len(n) for n in news]
+        for group in prefill_groups(lengths, self.device):
+            part = ([rows[i] for i in group], [pasts[i] for i in group], [news[i] for i in group])
+            done += self._in_slots(*part, plan) if plan is not None else self._padded(*part)
+            self.stats["prefills"] += 1
+        self.stats["prefill_tokens"] += sum(lengths)
+        return done
+
+    def _in_slots(self, rows: list[Row], pasts: list[RowKV | None], news: list[list[int]],
+                  plan: MaskPlan) -> list[Row]:
+        """Prefill in the decode cache itself: each row takes a free slot, its past (kept or shared
+        cache) is copied there, and one forward over those slots writes its new tokens right after
+        it. New tokens are right-aligned in the forward (its last query is each row's last token);
+        a shorter row's padding queries write past its end, where its decode steps overwrite them
+        before anything reads them, and no real query sees them (masks by position)."""
+        slots = self.slots
+        n_past = [p[0][0].shape[1] if p else 0 for p in pasts]
+        q = max(len(n) for n in news)
+        expected = slots.live + len(rows)
+        seats = [slots.seat(row, past, p + q + row.req.max_new_tokens + 1, expected)
+                 for row, past, p in zip(rows, pasts, n_past)]
+        ids = torch.full((len(rows), q), self.pad_id, dtype=torch.long)
+        cols = torch.empty((len(rows), q), dtype=torch.long)
+        for i, (n, p) in enumerate(zip(news, n_past)):
+            pad = q - len(n)
+            ids[i, pad:] = torch.tensor(n, dtype=torch.long)
+            cols[i, pad:] = torch.arange(p, p + len(n))
+            cols[i, :pad] = torch.arange(p + len(n), p + q)
+        ids, cols = ids.to(self.device), cols.to(self.device)
+        cache = slots.cache
+        cache.begin_step(cols, rows=torch.tensor(seats, device=self.device))
+        keys = torch.arange(cache.width, device=self.device).expand(len(rows), -1)  # a key's column is its position
+        mask = plan.build(keys, torch.ones_like(keys, dtype=torch.bool), cols)
+        tokens, lps = self.forward.draw(rows, self.forward.logits(rows, ids, mask, cols, cache))
+        done = self.stops.record(rows, tokens, lps)
+        for row, slot, tok, p, n in zip(rows, seats, tokens, n_past, news):
+            slots.length[slot], slots.last[slot] = p + len(n), tok
+            if row.finish is not None:  # done at its first token: keep its cache, free the slot
+                slots.end(slot, self.kept)
+        if done:
+            slots.tidy()
+        return done
+
+    def _padded(self, rows: list[Row], pasts: list[RowKV | None], news: list[list[int]]) -> list[Row]:
+        """Prefill for attention kernels that take only 2D padding masks (flash, flex): the rows'
+        pasts right-aligned in a cache of their own, the new tokens left-padded after them; each
+        row's cache is then copied into a slot of the decode cache."""
+        if any(pasts):
+            cache, past_mask = cache_of_rows(pasts)
+        else:
+            cache, past_mask = new_cache(), torch.zeros((len(rows), 0), dtype=torch.long)
+        past_mask = past_mask.to(self.device)
+        width = max(len(n) for n in news)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        new_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, n in enumerate(news):
+            ids[i, width - len(n):] = torch.tensor(n, dtype=torch.long)
+            new_mask[i, width - len(n):] = 1
+        ids, new_mask = ids.to(self.device), new_mask.to(self.device)
+        # Position ids continue each row's past; padding positions get 0 (they are masked out).
+        pos = (past_mask.sum(1, keepdim=True) + new_mask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([past_mask, new_mask], dim=1)
+        tokens, lps = self.forward.draw(rows, self.forward.logits(rows, ids, mask, pos, cache))
+        done = self.stops.record(rows, tokens, lps)
+        expected = self.slots.live + sum(r.finish is None for r in rows)
+        for i, (row, tok) in enumerate(zip(rows, tokens)):
+            if row.finish is None:
+                self.slots.admit(row, take_row(cache, i, mask[i].nonzero().squeeze(1)), tok, expected)
+            elif row.req.session is not None:
+                self.kept.keep(row, take_row(cache, i, mask[i].nonzero().squeeze(1)))
+        return done
+
+    def _share_prefix(self, pasts: list[RowKV | None], news: list[list[int]]) -> None:
+        """Rows without a kept cache that start with the same ids (a shared system prompt, the
+        n samples of one prompt) get that common prefix computed once, by a one-row forward."""
+        fresh = [i for i, p in enumerate(pasts) if p is None]
+        if len(fresh) < 2:
+            return
+        first = news[fresh[0]]
+        common = min(len(news[i]) for i in fresh) - 1  # each row keeps >= 1 id to prefill
+        for i in fresh[1:]:
+            row, k = news[i], 0
+            while k < common and row[k] == first[k]:
+                k += 1
+            common = k
+        if common < self.min_shared_prefix:
+            return
+        ids = torch.tensor([first[:common]], dtype=torch.long, device=self.device)
+        cache = new_cache()
+        model = self.forward.model()
+        model(input_ids=ids, **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1)
+        shared = take_row(cache, 0, torch.arange(common, device=self.device))
+        self.stats["shared_prefix_tokens"] += common * (len(fresh) - 1)
+        for i in fresh:
+            pasts[i], news[i] = shared, news[i][common:]

@@ -1,0 +1,147 @@
+"""The running batch: one row per slot of the decode cache (kv_cache.SlotCache).
+
+Per slot: its row (None when free), how many tokens its cache holds (`length`) and the sampled
+token not yet fed (`last`). A new row takes the first free slot (growing the cache geometrically
+when it must); a finished row frees its slot, and nothing else moves until over a quarter of the
+slots are free (`tidy`). `version` changes whenever a slot changes hands, so what is built per set
+of live rows (the rows' sampling tensors, their index among the forward's rows) is rebuilt only
+then.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from rlfactory.generation.kv_cache import RowKV, SlotCache
+from rlfactory.generation.kept import KeptCaches
+from rlfactory.generation.rows import Row
+from rlfactory.generation.sampling import RowSampling
+
+
+class Slots:
+    def __init__(self, model: Callable[[], Any], pad_id: int, device: torch.device, stats: dict[str, float]) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.device = device
+        self.stats = stats
+        self.cache: SlotCache | None = None
+        self.rows: list[Row | None] = []  # per slot; trailing free slots are dropped
+        self.length: list[int] = []  # tokens in the cache, per slot
+        self.last: list[int] = []  # sampled token not yet fed, per slot
+        self.version = 0  # bumped whenever a slot changes hands
+        self._sampling: tuple[int, RowSampling] | None = None
+        self._keep_rows: tuple[int, torch.Tensor | None] | None = None
+        self._cache_key: tuple | None = None  # (model, dtype, device) the cache's buffers were made for
+
+    @property
+    def live(self) -> int:
+        return sum(r is not None for r in self.rows)
+
+    def live_rows(self) -> list[Row]:
+        return [r for r in self.rows if r is not None]
+
+    def reset(self) -> None:
+        """Drop the rows (the cache's buffers stay: the next rows write their columns before
+        anything reads them)."""
+        self.rows, self.length, self.last, self._sampling, self._keep_rows = [], [], [], None, None
+
+    def release(self) -> None:
+        """Drop the rows and the cache's buffers."""
+        self.reset()
+        self.cache = None
+
+    def stale(self) -> bool:
+        """True when the batch is empty and the cache's buffers were made for another model (or
+        dtype, device): they are not reusable."""
+        return self.cache is not None and not self.rows and self._model_key() != self._cache_key
+
+    def claim(self, need: int, expected: int) -> int:
+        """A free slot with room for `need` columns (growing the cache when it must); `expected`:
+        how many rows the batch is about to hold (sizes a new cache)."""
+        self.version += 1
+        if self.cache is None:
+            self._cache_key = self._model_key()
+            self.cache = SlotCache(slots=max(8, expected), columns=max(need, 64), device=self.device)
+        slot = next((i for i, r in enumerate(self.rows) if r is None), len(self.rows))
+        if slot == len(self.rows):
+            self.rows.append(None)
+            self.length.append(0)
+            self.last.append(self.pad_id)
+        c = self.cache
+        if slot >= c.slots or need > c.columns:  # grow geometrically: copies stay rare
+            # Doubling (not 1.5x): a multi-turn rollout's contexts grow every turn, and each growth
+            # zeroes and copies every slot's buffers while the whole batch waits (on the CPU a
+            # 256-slot tiny:1m cache is ~300 MB): one growth where 1.5x took two.
+            c.reserve(slots=2 * c.slots if slot >= c.slots else 0,
+                      columns=max(need, 2 * c.columns) if need > c.columns else 0)
+            self.stats["cache_grows"] += 1
+        return slot
+
+    def seat(self, row: Row, past: RowKV | None, need: int, expected: int) -> int:
+        """Give a row about to be prefilled in the decode cache a slot, its past (kept or shared
+        cache) copied there; its length is the past's until its new tokens are written."""
+        slot = self.claim(need, expected)
+        n = past[0][0].shape[1] if past else 0
+        if past:
+            self.cache.place(slot, past)
+        self.rows[slot], self.length[slot], self.last[slot] = row, n, self.pad_id
+        return slot
+
+    def admit(self, row: Row, kv: RowKV, token: int, expected: int = 8) -> None:
+        """Put a row prefilled in a cache of its own into a free slot, its first token to feed next."""
+        n = kv[0][0].shape[1]
+        slot = self.claim(n + row.req.max_new_tokens + 1, expected)
+        self.cache.place(slot, kv)
+        self.rows[slot], self.length[slot], self.last[slot] = row, n, token
+
+    def end(self, slot: int, kept: KeptCaches) -> None:
+        """Free a finished row's slot, keeping its cache when its request names a session."""
+        row = self.rows[slot]
+        if row is not None and row.req.session is not None:
+            kept.keep(row, self.cache.take(slot, self.length[slot]))
+        self.rows[slot], self.length[slot], self.last[slot] = None, 0, self.pad_id
+
+    def tidy(self) -> None:
+        """Drop trailing free slots; when over a quarter of the rest are free, move the last live
+        rows down into the free slots (copies only the moved rows)."""
+        self._drop_free_tail()
+        if not self.rows:  # the buffers stay for the rows still to come this session
+            return
+        free = [i for i, r in enumerate(self.rows) if r is None]
+        if len(free) * 4 <= len(self.rows):
+            return
+        for dst in free:
+            src = len(self.rows) - 1
+            if src <= dst:
+                break
+            self.cache.move(src, dst, self.length[src])
+            self.version += 1
+            self.stats["moved_rows"] += 1
+            self.rows[dst], self.length[dst], self.last[dst] = self.rows[src], self.length[src], self.last[src]
+            self.rows[src] = None
+            self._drop_free_tail()
+
+    def keep_index(self, live: list[int], n: int) -> torch.Tensor | None:
+        """The live slots' rows among n forward rows (None: all n are live); rebuilt when rows change."""
+        if len(live) == n:
+            return None
+        if self._keep_rows is None or self._keep_rows[0] != self.version:
+            self._keep_rows = (self.version, torch.tensor(live, device=self.device))
+        return self._keep_rows[1]
+
+    def row_sampling(self, rows: list[Row]) -> RowSampling:
+        """The live rows' sampling settings as tensors, rebuilt only when the rows changed."""
+        if self._sampling is None or self._sampling[0] != self.version:
+            self._sampling = (self.version, RowSampling.of([r.req.sampling for r in rows], self.device))
+        return self._sampling[1]
+
+    def _model_key(self) -> tuple:
+        model = self.model()
+        p = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+        return id(model), getattr(p, "dtype", None), self.device
+
+    def _drop_free_tail(self) -> None:
+        while self.rows and self.rows[-1] is None:
+            del self.rows[-1], self.length[-1], self.last[-1]
