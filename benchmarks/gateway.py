@@ -25,7 +25,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "gateway"))
-sys.path.insert(0, str(ROOT / "tests" / "serve"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 
 def add(a: int, b: int) -> str:
@@ -64,7 +64,7 @@ async def gateway(model, tok, rows):
     import openai_agent
     from gateway_fixtures import serving
 
-    from rlfactory.serve.gateway_agents import AgentEngine
+    from rlfactory.train.gateway_agents import AgentEngine
 
     async with serving(model, tok) as gw:
         engine = AgentEngine(gw, openai_agent.agent, openai_agent.reward, timeout_s=600)

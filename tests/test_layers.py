@@ -26,6 +26,7 @@ and imports only the bottom itself)."""
 FORBIDDEN = {
     "rollout": {"rewards", "train", "distributed", "integrations", "studio", "cli"},
     "train": {"distributed", "integrations", "studio", "cli"},
+    "serve": {"train", "rewards", "envs", "distributed", "integrations", "studio", "cli"},
 }
 """Packages a package never imports (besides `cli`, which nothing imports)."""
 
@@ -98,7 +99,7 @@ def test_the_bottom_imports_only_the_bottom():
     assert _violations(lambda a, b: a in BOTTOM and b not in BOTTOM, BOTTOM_MAY_NAME) == []
 
 
-def test_rollout_and_train_do_not_import_upward():
+def test_rollout_train_and_serve_do_not_import_upward():
     assert _violations(lambda a, b: b in FORBIDDEN.get(a, ())) == []
 
 
@@ -126,9 +127,10 @@ def test_no_two_files_import_each_other():
 def test_the_checks_catch_what_they_forbid():
     graph = {"rlfactory.rollout.episode": {"rlfactory.rewards.base", "rlfactory.config"},
              "rlfactory.train.loop": {"rlfactory.train.step"}, "rlfactory.train.step": {"rlfactory.train.loop"},
-             "rlfactory.generation.local": {"rlfactory.rollout.engine", "rlfactory.protocols"}}
+             "rlfactory.generation.local": {"rlfactory.rollout.engine", "rlfactory.protocols"},
+             "rlfactory.serve.gateway": {"rlfactory.train.session", "rlfactory.generation.local"}}
     assert _violations(lambda a, b: b in FORBIDDEN.get(a, ()), graph=graph) == [
-        "rlfactory.rollout.episode imports rlfactory.rewards.base"]
+        "rlfactory.rollout.episode imports rlfactory.rewards.base", "rlfactory.serve.gateway imports rlfactory.train.session"]
     assert _violations(lambda a, b: a == "generation" and b not in GENERATION_MAY_IMPORT, graph=graph) == [
         "rlfactory.generation.local imports rlfactory.rollout.engine"]
     assert cycles(graph) == {("rlfactory.train.loop", "rlfactory.train.step")}

@@ -4,8 +4,10 @@
     Gateway         episodes, one chat call end to end, the HTTP routes, in-loop start/stop
     gateway_api     the OpenAI request/response shapes (and the SSE stream)
     gateway_record  calls of one episode into samples (continuations and branches)
-    gateway_agents  the trainer's side: run a user's agent per dataset row, score it
     cli/gateway.py  `rlfactory gateway MODEL`: the same in a process of its own
+
+The trainer's side (run a user's agent per dataset row, score it) is rlfactory/train/gateway_agents.py,
+in the layer that assembles runs.
 
 Routes (`{p}` is `/v1` or `/episodes/<key>/v1`):
     POST {p}/chat/completions   the episode is the path's key, else the `Authorization: Bearer <key>`

@@ -67,9 +67,9 @@ async def train(cfg: RunConfig, resume: bool = False, open_session: Any = None,
 
     parallel = parallel if parallel is not None else SingleProcess()
     pin_threads()
-    # env.name agent: a user's agent through the recording gateway (rlfactory/serve/gateway_agents.py)
-    if open_session is None and cfg.env.name in ("agent", "rlfactory.serve.gateway_agents:AgentEnv"):
-        from rlfactory.serve.gateway_agents import open_agent_rollout as open_session
+    # env.name agent: a user's agent through the recording gateway (rlfactory/train/gateway_agents.py)
+    if open_session is None and cfg.env.name in ("agent", "rlfactory.train.gateway_agents:AgentEnv"):
+        from rlfactory.train.gateway_agents import open_agent_rollout as open_session
     if open_session is None and cfg.trainer.backend != "local":
         raise ValueError(f"trainer.backend {cfg.trainer.backend!r} needs its session opener "
                          "(rlfactory train passes rlfactory.distributed.open_ray_rollout)")

@@ -14,7 +14,8 @@ from gateway_fixtures import EXAMPLES  # noqa: F401  (puts examples/gateway on s
 from rlfactory.serve.gateway_process import GatewayProcess
 from rlfactory.trajectory import read_jsonl
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
+"""Where the commands run: the folder of gateway_fixtures.py, which their --logits-processor names."""
 
 
 def test_gateway_command_serves_records_and_writes_episodes(tmp_path):

@@ -13,6 +13,7 @@ from rlfactory.algos.advantages import get_advantage
 from rlfactory.protocols import GenResult
 from rlfactory.serve.gateway_record import Episode
 from rlfactory.train.episodes import episode_advantages, episode_firsts
+from rlfactory.train.gateway_agents import EpisodeReward
 from rlfactory.trajectory import Trajectory
 from train_fixtures import FixedEngine, fixed_trainer, record_updates
 
@@ -76,8 +77,6 @@ def test_trajectories_without_episodes_get_the_estimators_advantages():
 
 
 def test_the_trainer_counts_a_branched_episode_once_in_its_baseline(tmp_path):
-    from rlfactory.serve.gateway_agents import EpisodeReward
-
     a = three_sample_episode()  # group g, reward 1
     b = one_sample_episode(0.0, 1, [11])  # group g, reward 0
     c = [Trajectory(f"h-{k}", "h", segments=[s for s in one_sample_episode(r, k, [12 + k])[0].segments], reward=r)

@@ -15,7 +15,7 @@ from rlfactory.generation.local import LocalGenerator
 from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
 from rlfactory.serve.gateway import Gateway
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "gateway"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "gateway"
 if str(EXAMPLES) not in sys.path:
     sys.path.insert(0, str(EXAMPLES))
 
@@ -61,5 +61,5 @@ async def serving(model, tokenizer, plan=None, **kwargs) -> AsyncIterator[Gatewa
 
 
 def scripted_add(tokenizer):
-    """`rlfactory gateway --logits-processor gateway_fixtures:scripted_add` (run from tests/serve)."""
+    """`rlfactory gateway --logits-processor gateway_fixtures:scripted_add` (run from tests/)."""
     return ScriptedPolicy(tokenizer, add_plan(), tokenizer.convert_tokens_to_ids("<|im_end|>"))
