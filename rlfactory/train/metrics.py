@@ -57,6 +57,10 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     out["traj/turns"] = _mean([t.turns for t in trajs])
     out["traj/tokens"] = _mean([len(t.input_ids) for t in trajs])
     out["traj/model_tokens"] = _mean([sum(t.loss_mask) for t in trajs])
+    # samples per episode (a gateway episode, or a rollout.context rewrite: rollout/branches.py);
+    # 1.0 when no history was rewritten
+    firsts = [t for t in trajs if t.info.get("sample", 0) == 0]
+    out["traj/samples"] = _mean([float(t.info.get("samples", 1) or 1) for t in firsts])
     tool_status = Counter(c.status for t in trajs for c in t.tool_calls)
     n_calls = sum(tool_status.values())
     out["tools/error_rate"] = (n_calls - tool_status.get("ok", 0)) / n_calls if n_calls else 0.0

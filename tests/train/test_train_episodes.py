@@ -119,7 +119,7 @@ def test_a_rollout_branched_by_its_context_is_scored_once_and_trained_as_its_sam
     assert sorted(scored) == ["g-0", "g-1"]
     assert [t.id for t in out] == ["g-0", "g-0.1", "g-1"] and [t.reward for t in out] == [1.0, 1.0, 0.0]
     assert [t.input_ids for t in out] == [[1, 2, 3, 4, 5], [1, 2, 5, 6, 7], [1, 2, 9]]
-    assert metrics["batch/kept"] == 3
+    assert metrics["batch/kept"] == 3 and metrics["traj/samples"] == 1.5  # samples per episode
     adv = updates[0].advantages.tolist()
     half = 1 / math.sqrt(2)  # two episodes, rewards 1 and 0, as unbranched
     assert all(math.isclose(x, half, rel_tol=1e-4) for x in adv[:2]) and math.isclose(adv[2], -half, rel_tol=1e-4)
