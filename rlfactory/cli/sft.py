@@ -29,6 +29,7 @@ async def run_sft(cfg) -> list[dict]:
     from rlfactory.train.session import open_rollout, pad_id_of
     from rlfactory.train.prepare import command_checks
     from rlfactory.train.sft import save_model_atomically, sft_train, write_demonstrations
+    from rlfactory.train.batch_images import PixelSource
     from rlfactory.train.sft_progress import SftReporter
 
     out = Path(cfg.sft.out)
@@ -50,7 +51,9 @@ async def run_sft(cfg) -> list[dict]:
                 report.step(row)
 
             try:
-                history = sft_train(session.model, demos, pad_id_of(session.tokenizer, session.model), cfg.sft, log)
+                tm = session.tool_manager  # a vision-language one gives the demos' images their pixels
+                history = sft_train(session.model, demos, pad_id_of(session.tokenizer, session.model), cfg.sft, log,
+                                    pixels=tm if isinstance(tm, PixelSource) else None)
             finally:
                 report.close()
         save_model_atomically(session.model, session.tokenizer, out / "model")

@@ -11,8 +11,8 @@ digit.
 
 `tool_images: false` is the control run: `zoom` still answers, with text only (no picture), so a
 comparison shows what the pictures bring. The solver (demonstrations for `rlfactory sft`) zooms on
-a window centred on the square and answers; `rlfactory sft` trains on text, so its observations
-hold the tool's text, not the pixels.
+a window centred on the square and answers; its tool message holds what zoom returned, the
+zoomed picture included (an image part), so `rlfactory sft` trains with the pixels.
 
 The env needs a vision-language model family (`qwen2_5_vl` / `qwen3_vl`, e.g. `tiny-vl:1m`):
 its prompts hold an image part.
@@ -218,16 +218,18 @@ class VisualEnv(Env):
 
     def solve(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         """Zoom on a 32 px window centred on the square, then answer its digit. The tool turn holds
-        the tool's text (`rlfactory sft` trains on text; the pixels are not in it)."""
+        what zoom returned: its text, and the zoomed picture as an image part (none in the
+        `tool_images: false` control)."""
         item = self._row_item(row)
         x = max(0, min(item.x + PATCH_W // 2 - 16, self.size - 32))
         y = max(0, min(item.y + PATCH_H // 2 - 16, self.size - 32))
         args = {"picture": item.picture_id, "x": x, "y": y, "size": 32}
         result = self.zoom(**args)
-        text = result if isinstance(result, str) else result[0]
+        content: str | list[dict[str, Any]] = result if isinstance(result, str) else [
+            {"type": "text", "text": result[0]}, {"type": "image", "image": result[1]}]
         return self.reset(row) + [
             {"role": "assistant", "content": "",
              "tool_calls": [{"type": "function", "function": {"name": "zoom", "arguments": args}}]},
-            {"role": "tool", "name": "zoom", "content": text},
+            {"role": "tool", "name": "zoom", "content": content},
             {"role": "assistant", "content": f"<answer>{item.digit}</answer>"},
         ]

@@ -6,10 +6,17 @@ ToolManager that rollouts use: the prompt is `render_prompt`, each assistant tur
 token ids the model would sample (`model_turn_ids`), each tool turn is `render_observation`.
 So the loss mask is built the same way as in RL, and only model tokens are learned, except in
 the first `full_text_steps` steps, which learn the whole text (`full_text_view`).
+
+Images (issue 31): with a vision-language ToolManager the prompt's image parts and a tool
+message's image parts (content `[{"type": "text", ...}, {"type": "image", "image": ...}]`) stay
+on their segments, rendered with their pads exactly as a rollout renders them (a tool message's
+parts become the ToolResult a Python tool returning `[text, picture]` gives), and `sft_train`
+feeds their pixels to the forward.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -21,9 +28,13 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from rlfactory.chat.template import ModelTurn
+from rlfactory.chat.vision import VisionToolManager, is_image_part
+from rlfactory.images import ImageError, image_from_value
+from rlfactory.tools.function import result_from_value
 from rlfactory.trajectory import Segment, Trajectory
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 from rlfactory.train.batch import collate
+from rlfactory.train.batch_images import PixelSource
 from rlfactory.train.data import step_generator
 from rlfactory.train.logprobs import policy_forward
 from rlfactory.config import SftConfig
@@ -45,7 +56,12 @@ def demo_to_trajectory(messages: list[dict[str, Any]], tool_manager: ToolManager
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
     if first is None:
         raise ValueError(f"demonstration {demo_id}: no assistant turn")
-    segments = [Segment("prompt", tool_manager.render_prompt(messages[:first], tools))]
+    vision = isinstance(tool_manager, VisionToolManager)
+    if vision:
+        prompt = tool_manager.render_prompt_images(messages[:first], tools)
+        segments = [Segment("prompt", prompt.ids, images=prompt.images or None)]
+    else:
+        segments = [Segment("prompt", tool_manager.render_prompt(messages[:first], tools))]
     i = first
     while i < len(messages):
         m = messages[i]
@@ -58,14 +74,34 @@ def demo_to_trajectory(messages: list[dict[str, Any]], tool_manager: ToolManager
         elif m["role"] == "tool":
             results = []
             while i < len(messages) and messages[i]["role"] == "tool":
-                results.append(ToolResult(text=str(messages[i]["content"])))
+                results.append(_tool_result(messages[i]["content"], demo_id))
                 i += 1
-            if i < len(messages):  # an observation only matters if the model speaks after it
+            if i < len(messages) and vision:  # an observation only matters if the model speaks after it
+                obs = tool_manager.render_observation_images(results)
+                segments.append(Segment("observation", obs.ids, images=obs.images or None))
+            elif i < len(messages):
                 segments.append(Segment("observation", tool_manager.render_observation(results)))
         else:
             raise ValueError(f"demonstration {demo_id}: unexpected {m['role']!r} message after the first assistant turn")
     turns = sum(s.role == "model" for s in segments)
     return Trajectory(id=demo_id, group=demo_id, segments=segments, turns=turns)
+
+
+def _tool_result(content: Any, demo_id: str) -> ToolResult:
+    """A tool message's content as the result the rollout would render: text, or a list of text
+    and image parts (as a Python tool returning `[text, picture]`)."""
+    if not isinstance(content, list):
+        return ToolResult(text=str(content))
+    values: list[Any] = []
+    for part in content:
+        if is_image_part(part):
+            try:
+                values.append(image_from_value(part))
+            except ImageError as e:
+                raise ValueError(f"demonstration {demo_id}: a tool message's image: {e}") from None
+        else:
+            values.append(str(part.get("text", "")) if isinstance(part, dict) else str(part))
+    return result_from_value(values) if any(not isinstance(v, str) for v in values) else ToolResult(text="\n".join(values))
 
 
 def demo_calls(messages: list[dict[str, Any]]) -> list[ToolCall]:
@@ -126,10 +162,28 @@ def write_demonstrations(env: Env, tool_manager: ToolManager, tools: Sequence[To
     return demos
 
 
-def full_text_view(traj: Trajectory) -> Trajectory:
-    """`traj` with every token after the first as one model segment (for loss on the whole text)."""
+def full_text_view(traj: Trajectory, image_token_id: int | None = None) -> Trajectory:
+    """`traj` with every token after the first as one model segment (for loss on the whole text).
+    With images, each run of image pads (`image_token_id`, the model's) stays out of the loss as an
+    observation segment, the images of its original segment on the first such run (in order)."""
     ids = traj.input_ids
-    return Trajectory(id=traj.id, group=traj.id, segments=[Segment("prompt", ids[:1]), Segment("model", ids[1:])], turns=1)
+    if not traj.images():
+        return Trajectory(id=traj.id, group=traj.id, segments=[Segment("prompt", ids[:1]), Segment("model", ids[1:])],
+                          turns=1)
+    if image_token_id is None:
+        raise ValueError(f"demonstration {traj.id} holds images: its full-text view needs the model's image token id")
+    owner = [k for k, s in enumerate(traj.segments) for _ in s.token_ids]
+    segments, attached = [Segment("prompt", ids[:1])], set()
+    for is_pad, run in itertools.groupby(range(1, len(ids)), key=lambda i: ids[i] == image_token_id):
+        cols = list(run)
+        if not is_pad:
+            segments.append(Segment("model", [ids[i] for i in cols]))
+            continue
+        k = owner[cols[0]]
+        images = traj.segments[k].images if k not in attached else None
+        attached.add(k)
+        segments.append(Segment("observation", [ids[i] for i in cols], images=images))
+    return Trajectory(id=traj.id, group=traj.id, segments=segments, turns=1)
 
 
 def _lr_factor(step: int, cfg: SftConfig) -> float:
@@ -140,13 +194,15 @@ def _lr_factor(step: int, cfg: SftConfig) -> float:
 
 
 def sft_train(model: torch.nn.Module, demos: Sequence[Trajectory], pad_id: int, cfg: SftConfig,
-              log=None) -> list[dict[str, float]]:
+              log=None, pixels: PixelSource | None = None) -> list[dict[str, float]]:
     """Train `model` in place on `demos` (masked NLL on model tokens; on every token during the first
-    `cfg.full_text_steps` steps). Returns per-step metrics."""
+    `cfg.full_text_steps` steps). `pixels`: the VL ToolManager that turns the demos' images into
+    the model's pixel inputs. Returns per-step metrics."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg))
     device = next(model.parameters()).device
+    image_token = getattr(model.config, "image_token_id", None)  # vision-language models only
     model.train()
     history = []
     for step in range(cfg.steps):
@@ -154,8 +210,8 @@ def sft_train(model: torch.nn.Module, demos: Sequence[Trajectory], pad_id: int, 
         g = step_generator(cfg.seed, step, "sft")
         idx = torch.randint(len(demos), (min(cfg.batch_size, len(demos)),), generator=g).tolist()
         full_text = step < cfg.full_text_steps
-        chosen = [full_text_view(demos[i]) if full_text else demos[i] for i in idx]
-        batch = collate(chosen, pad_id).to(device)
+        chosen = [full_text_view(demos[i], image_token) if full_text else demos[i] for i in idx]
+        batch = collate(chosen, pad_id, pixels).to(device)
         logp, _ = policy_forward(model, batch, bf16=cfg.bf16)
         mask = batch.loss_mask
         loss = -(logp * mask).sum() / mask.sum().clamp(min=1)

@@ -143,3 +143,23 @@ def test_the_control_run_zooms_without_pictures(tm):
         assert len(prompt.images) == 1 and obs.images is None
         assert "this run's zoom shows no picture" in obs.text and tm.pad_id not in obs.token_ids
     assert [s.total for s in scores] == [1.0, 1.0]  # the solver knows the digit; a model would have to guess
+
+
+@pytest.mark.parametrize("tool_images", [True, False])
+def test_the_solvers_demonstration_is_the_rollout_token_for_token_and_image_for_image(tm, tool_images):
+    """`rlfactory sft` trains on what a rollout of the same turns holds: the demo's tool message
+    carries the zoomed picture (an image part), rendered with its pads as the rollout renders it."""
+    from rlfactory.tools.base import spec_of
+    from rlfactory.train.sft import demo_to_trajectory
+
+    env = make_env("visual", n_train=10, n_test=3, tool_images=tool_images)
+    rows = env.load_split("test")
+    trajs, _ = solved_rollouts(tm, env, rows)
+    specs = [spec_of(function_tool(env.zoom))]
+    for row, rolled in zip(rows, trajs):
+        demo = demo_to_trajectory(env.solve(row), tm, specs)
+        assert [s.role for s in demo.segments] == [s.role for s in rolled.segments]
+        assert demo.input_ids == rolled.input_ids
+        for d, r in zip(demo.segments, rolled.segments):
+            assert [im.sha256 for im in d.images or ()] == [im.sha256 for im in r.images or ()]
+        assert len(demo.images()) == (2 if tool_images else 1)
