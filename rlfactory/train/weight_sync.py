@@ -28,8 +28,9 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from rlfactory.config import RunConfig
 from rlfactory.protocols import (WEIGHT_SYNC_FAILED, WEIGHT_SYNC_MB, WEIGHT_SYNC_OK, WEIGHT_SYNC_PREPARE_S,
-                                 WEIGHT_SYNC_SECONDS)
+                                 WEIGHT_SYNC_SECONDS, Generator)
 from rlfactory.generation.server_generator import ServerGenerator, ServerState
 from rlfactory.train.policy_weights import config_of, policy_tensors
 
@@ -232,10 +233,10 @@ def _is_loopback(url: str) -> bool:
         return False
 
 
-def make_weight_sync(cfg: Any, generator: Any) -> ServerWeightSync | None:
+def make_weight_sync(cfg: RunConfig, generator: Generator) -> ServerWeightSync | None:
     """The ServerWeightSync for a run config, or None when generation is local (or weight_sync: none)."""
-    gen_cfg = getattr(cfg, "generator", None)
-    if not isinstance(generator, ServerGenerator) or gen_cfg is None or gen_cfg.weight_sync == "none":
+    gen_cfg = cfg.generator
+    if not isinstance(generator, ServerGenerator) or gen_cfg.weight_sync == "none":
         return None
     sync_dir = gen_cfg.sync_dir or str(Path(cfg.trainer.run_dir) / "weight_sync")
     return ServerWeightSync(generator, gen_cfg.weight_sync, sync_dir)

@@ -28,7 +28,7 @@ from rlfactory.train.policy_weights import policy_tensors
 from rlfactory.train.weight_sync import ServerWeightSync, make_weight_sync
 from rlfactory.train.weight_sync_vllm import VllmNccl
 
-FIXTURES = Path(__file__).resolve().parents[1] / "rollout" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "generation" / "fixtures"
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
