@@ -9,27 +9,13 @@ import re
 
 import pytest
 from rollout_fakes import one_torch_thread
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from rollout_tiny import scripted_engine, tiny_parts
 
-from rlfactory.chat import make_tool_manager
-from rlfactory.config import RolloutConfig, SamplingConfig
-from rlfactory.rollout.engine import RolloutEngine
-from rlfactory.generation.local import LocalGenerator
-from rlfactory.rollout.prompt_env import PromptEnv
-from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
-from rlfactory.tiny import resolve_model
-from rlfactory.tools import ToolRunner, function_tool
+from rlfactory.rollout.scripted import TurnPlan
 from rlfactory.tools.base import ToolResult
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    path = resolve_model("tiny:1m")
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    return model, tok, make_tool_manager(tok, "qwen3")
+tiny = pytest.fixture(scope="module")(tiny_parts)
 
 
 def task_plan(calls_for):
@@ -47,12 +33,7 @@ def task_plan(calls_for):
 
 
 def make_engine(tiny, tools, plan, **rollout):
-    model, tok, tm = tiny
-    policy = ScriptedPolicy(tok, plan, tok.convert_tokens_to_ids("<|im_end|>"))
-    gen = LocalGenerator(model, tok.pad_token_id or 0, tm.stop_token_ids(), tokenizer=tok, logits_processor=policy, seed=0)
-    runner = ToolRunner([function_tool(f) for f in tools])
-    cfg = RolloutConfig(max_new_tokens=64, max_total_tokens=2048, **rollout)
-    return RolloutEngine(gen, tm, runner, PromptEnv(max_turns=4), cfg, SamplingConfig(temperature=1.0, seed=0)), tm
+    return scripted_engine(tiny, tools, plan, **rollout), tiny[2]
 
 
 def add(a: int, b: int) -> str:

@@ -9,27 +9,14 @@ import re
 
 import pytest
 from rollout_fakes import one_torch_thread
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from rollout_tiny import scripted_engine, tiny_parts
 
-from rlfactory.chat import make_tool_manager
-from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import RolloutEngine
-from rlfactory.generation.local import LocalGenerator
 from rlfactory.rollout.observer import RolloutObserver
-from rlfactory.rollout.prompt_env import PromptEnv
-from rlfactory.rollout.scripted import ScriptedPolicy, TurnPlan
-from rlfactory.tiny import resolve_model
-from rlfactory.tools import ToolRunner, function_tool
+from rlfactory.rollout.scripted import TurnPlan
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    path = resolve_model("tiny:1m")
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    return model, tok, make_tool_manager(tok, "qwen3")
+tiny = pytest.fixture(scope="module")(tiny_parts)
 
 
 def multiply(a: int, b: int) -> str:
@@ -53,11 +40,7 @@ def plan(ctx: str) -> TurnPlan:
 
 
 def engine_for(tiny, max_turns: int = 4) -> RolloutEngine:
-    model, tok, tm = tiny
-    policy = ScriptedPolicy(tok, plan, tok.convert_tokens_to_ids("<|im_end|>"))
-    gen = LocalGenerator(model, tok.pad_token_id or 0, tm.stop_token_ids(), tokenizer=tok, logits_processor=policy, seed=0)
-    return RolloutEngine(gen, tm, ToolRunner([function_tool(multiply)]), PromptEnv(max_turns=max_turns),
-                         RolloutConfig(max_new_tokens=64, max_total_tokens=2048), SamplingConfig(temperature=1.0, seed=0))
+    return scripted_engine(tiny, [multiply], plan, max_turns)
 
 
 def recorder() -> tuple[RolloutObserver, dict[str, list[tuple]]]:
