@@ -4,6 +4,7 @@ own (ast_checker, its prompting decoder), checked here on possible answers and o
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -160,6 +161,19 @@ def test_splits_keep_reported_questions_and_functions_out_of_training(capsys):
                     f"{len(test)} report entries; the rest share none")
     with pytest.raises(ValueError, match="neither train, test nor a category"):
         env.load_split("validation")
+
+
+def test_test_limit_shows_fewer_test_rows_but_training_still_leaves_out_all_of_them():
+    env = BfclEnv(limit=None, test_limit=2)
+    test, train = env.load_split("test"), env.load_split("train")
+    assert [r["category"] for r in test] == [c for c in env.splits["test"] for _ in range(2)]
+    whole = [r for c in env.splits["test"] for r in load_category(c)]
+    assert not overlap(train, whole) and overlap([r for c in TRAIN_CATEGORIES for r in load_category(c)], whole)
+    # the categories take turns, so a warm start's first demonstrations mix them all
+    assert [r["category"] for r in train[:5]] == list(TRAIN_CATEGORIES)
+    short = BfclEnv(test_limit=2, train_max_chars=3000).load_split("train")
+    assert 0 < len(short) < len(train)
+    assert all(len(json.dumps(r["functions"], ensure_ascii=False)) + len(r["question"]) <= 3000 for r in short)
 
 
 def test_solver_gives_the_possible_answer_in_each_style():

@@ -7,11 +7,13 @@ categories are scored, never executed) and the reward is BFCL's AST / relevance 
 
 Splits: `test` and `train` are category lists (by default train on the `live_` categories and
 report on the non-live ones); `train` also drops every entry that shares a function name or a
-question with `test` (split.py), and prints how many; a category name is a split of its own.
+question with `test` (split.py), and prints how many, and takes its categories in turn; a category
+name is a split of its own. Multi-turn categories are the `bfcl_multi_turn` env's (multi_turn_env.py).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -67,14 +69,19 @@ class BfclEnv(Env):
     """Options: `prompt_style` (`tools`: the model's chat template with the row's functions as tools;
     `bfcl`: BFCL's system prompt, calls written as `[f(a=1)]`, for models without tool support),
     `test_categories` / `train_categories` (lists or comma-separated; aliases `simple`, `live`,
-    `non_live`, `all`), `limit` (entries per category; None: all), `shaping` (weight of each
-    ToolRL-style shaping term in the reward; 0), `family` (unused)."""
+    `non_live`, `all`), `limit` (entries per category; None: all), `test_limit` (entries per
+    category of the test split; default `limit`), `shaping` (weight of each ToolRL-style shaping
+    term in the reward; 0), `train_max_chars` (train on entries whose functions (as JSON) and
+    question are at most this many characters; None: all), `family` (unused). The train split
+    leaves out what it shares with the whole of the test categories, whatever `test_limit` shows,
+    and takes the categories in turn (its first rows mix them all)."""
 
     name = "bfcl"
     max_turns = 1
 
     def __init__(self, *, prompt_style: PromptStyle = "tools", test_categories: Any = TEST_CATEGORIES,
-                 train_categories: Any = TRAIN_CATEGORIES, limit: int | None = None, shaping: float = 0.0,
+                 train_categories: Any = TRAIN_CATEGORIES, limit: int | None = None,
+                 test_limit: int | None = None, shaping: float = 0.0, train_max_chars: int | None = None,
                  family: str | None = None,
                  **options: Any) -> None:
         super().__init__(**options)
@@ -85,7 +92,9 @@ class BfclEnv(Env):
         self.prompt_style: PromptStyle = prompt_style
         self.splits = {"test": resolve_categories(test_categories), "train": resolve_categories(train_categories)}
         self.limit = limit
+        self.test_limit = limit if test_limit is None else test_limit
         self.shaping = float(shaping)
+        self.train_max_chars = train_max_chars
         self._loaded: dict[str, list[dict[str, Any]]] = {}
 
     def load_split(self, split: str) -> list[dict[str, Any]]:
@@ -100,11 +109,18 @@ class BfclEnv(Env):
                 categories = resolve_categories(split)
             except ValueError as e:
                 raise ValueError(f"bfcl env: split {split!r} is neither train, test nor a category ({e})") from None
-        rows = [row for c in categories for row in load_category(c, self.prompt_style, self.limit)]
+        limit = self.test_limit if split == "test" else self.limit
+        rows = [row for c in categories for row in load_category(c, self.prompt_style, limit)]
         if split == "train" and self.splits["test"]:
-            rows, line = without_report(rows, self.load_split("test"))
+            report = [r for c in self.splits["test"] for r in load_category(c, self.prompt_style)]
+            rows, line = without_report(rows, report)
             print(line, file=sys.stderr)
-        return rows
+        if split == "train" and self.train_max_chars is not None:
+            kept = [r for r in rows if _size(r) <= self.train_max_chars]
+            print(f"bfcl split: {len(kept)} of {len(rows)} train entries are at most env.options.train_max_chars="
+                  f"{self.train_max_chars} characters (functions and question)", file=sys.stderr)
+            rows = kept
+        return _interleave(rows) if split == "train" else rows
 
     def reset(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         return [dict(m) for m in row["messages"]]
@@ -148,6 +164,20 @@ class BfclEnv(Env):
         tool_calls = [{"type": "function", "function": {"name": name, "arguments": args}}
                       for c in calls for name, args in c.items()]
         return self.reset(row) + [{"role": "assistant", "content": "", "tool_calls": tool_calls}]
+
+
+def _interleave(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows one category after another in turn (keeping each one's order), so that the first
+    rows of the train split, which a warm start's demonstrations take, mix every category."""
+    by_category: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_category.setdefault(row["category"], []).append(row)
+    queues = list(by_category.values())
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+
+def _size(row: dict[str, Any]) -> int:
+    return len(json.dumps(row["functions"], ensure_ascii=False)) + len(str(row["question"]))
 
 
 def _scored(name: str, arguments: Any, turn: int) -> ToolCallRecord:
