@@ -14,9 +14,10 @@ re-encodes a sampled token where it is trained: rewritten history is context (lo
                   template, with the `<think>` blocks of every earlier turn left out (what Qwen3's
                   template does to turns before the last user message). A turn without thinking
                   whose re-rendering equals its sampled tokens continues the sample.
-  summarize       token level until the context passes `summarize_at` tokens; then the turns so
-                  far are written as text, summarised (by the policy, or `summary_tool`), and the
-                  next prompt is the env's messages plus one user message holding the summary.
+  summarize       token level until the context passes `summarize_at` tokens; then the turns
+                  before the last are summarised (by the policy, or `summary_tool` given them as
+                  text), and the next prompt is the env's messages, one user message holding the
+                  summary, and the last turn (re-rendered by the chat template).
 
 Message-level modes need the env's messages and tools (`Conversation`). Every mode but keep is for
 text-only tool managers (a rewritten prompt would hold image pads without their images).
@@ -141,7 +142,8 @@ class DropThinking:
 
 
 class Summarize:
-    """As sampled until the context passes `limit` tokens; then the env's messages and a summary."""
+    """As sampled until the context passes `limit` tokens; then the env's messages, a summary of
+    the turns before the last, and the last turn."""
 
     def __init__(self, tm: ToolManager, conversation: Conversation, limit: int, summarize: Summarizer) -> None:
         self.tm = tm
@@ -152,15 +154,16 @@ class Summarize:
         self.summaries = 0
 
     async def next_prompt(self, context: list[int], obs: list[int], turn: Turn) -> tuple[list[int], str]:
-        self.messages += turn_messages(turn, keep_reasoning=True)
-        if len(context) + len(obs) <= self.limit:
-            return context + obs, ""
-        summary = (await self.summarize(self.messages, self.conversation.tools)).strip()
+        last = turn_messages(turn, keep_reasoning=True)
+        older, self.messages = self.messages, self.messages + last
+        if len(context) + len(obs) <= self.limit or len(older) <= len(self.conversation.messages):
+            return context + obs, ""  # within budget, or nothing older than this turn to summarise
+        summary = (await self.summarize(older, self.conversation.tools)).strip()
         self.summaries += 1
-        self.messages = [*self.conversation.messages, {"role": "user", "content": SUMMARY_INTRO + summary}]
+        self.messages = [*self.conversation.messages, {"role": "user", "content": SUMMARY_INTRO + summary}, *last]
         ids = list(self.tm.render_prompt(self.messages, self.conversation.tools))
         return ids, (f"summarize: the context ({len(context) + len(obs)} tokens) passed {self.limit}; "
-                     f"summary {self.summaries} replaces the turns so far")
+                     f"summary {self.summaries} replaces the turns before the last")
 
 
 def turn_messages(turn: Turn, keep_reasoning: bool) -> list[dict[str, Any]]:
