@@ -1,16 +1,22 @@
 """One trajectory, top to bottom: `rollout_one`. The engine (engine.py) runs one per trajectory.
 
 A turn: generate -> record the model segment -> parse -> stop rules -> tools -> fit the
-observation -> next turn. The trajectory is built token by token as it happens: the model segment
-is exactly the sampled ids with their logprobs and the generator's text of them (decoded once, by
-the generator); observation segments come from `ToolManager.render_observation`. Nothing is
-re-tokenized, so `loss_mask` is exact.
+observation -> next turn. A turn that answers (no tool calls) ends the trajectory, unless the env
+has a next user message (`Env.next_user_turn`, multi-turn conversations): then that user turn,
+rendered by the chat template (`render_user_turn`), is the turn's observation.
+
+The trajectory is built token by token as it happens: the model segment is exactly the sampled
+ids with their logprobs and the generator's text of them (decoded once, by the generator);
+observation segments come from `ToolManager.render_observation` (or `render_user_turn`). Nothing
+is re-tokenized, so `loss_mask` is exact.
 
 How a trajectory ends, and its status:
-  ok           the model gave an answer (its turn ended on a stop token/string and parsed as Answer).
+  ok           the model gave an answer (its turn ended on a stop token/string and parsed as Answer)
+               and the env had no next user turn.
   truncated    a limit ended it: a model turn reached its max_new_tokens (or the total token
                budget) before stopping; or the model asked for tools on its last allowed turn
-               (max_turns), which are then not run; or the next observation would not fit in
+               (max_turns), which are then not run, or answered on it while the env had a next user
+               turn; or the next observation (tool results or user turn) would not fit in
                rollout.max_total_tokens (it is not appended).
   malformed    the model's last turn was a tool call that could not be parsed (on the last allowed
                turn, or when no budget was left after the error observation), or the parser
@@ -19,7 +25,7 @@ How a trajectory ends, and its status:
   infra_error  the tool layer could not serve a turn: every call of the turn failed with one of
                `rollout.infra_statuses` (default crashed, circuit_open, unresponsive), or
                env.step raised or returned the wrong number or kind of results; or the tool
-               manager raised rendering the observation. The trajectory stops
+               manager raised rendering the observation or the next user turn. The trajectory stops
                there and `error` says why. A tool's own error, an ordinary timeout or bad
                arguments are observations the model reads; so is an infra failure of some (not
                all) calls of a turn. The generator raising GenerationUnavailable (no server could
@@ -40,17 +46,19 @@ import time
 from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Protocol, Sequence
 
-from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls, ToolManager
+from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls, ToolManager, UserTurnRenderer
 from rlfactory.chat.vision import Rendered, VisionToolManager, render_observation
 from rlfactory.envs.base import Env
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.protocols import GenerationUnavailable, GenRequest, GenResult, Generator
+from rlfactory.rollout.branches import branch_reason, extends
+from rlfactory.rollout.context import Conversation, Summarizer, Turn, open_history
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.generation.sampling import mix_seed
 from rlfactory.images import Image
 from rlfactory.text import valid_text
 from rlfactory.tools.base import MALFORMED, NOT_RUN, OK, ToolCall, ToolResult
-from rlfactory.trajectory import STATUSES, Segment, Status, ToolCallRecord, Trajectory
+from rlfactory.trajectory import STATUSES, Branch, Segment, Status, ToolCallRecord, Trajectory
 
 TRUNCATION_MARK = " [truncated]"
 PARSE_INLINE_CHARS = 2048
@@ -93,17 +101,23 @@ class Setup:
     """GenRequest.priority of every turn."""
     observer: RolloutObserver | None = None
     """Told of each turn as it happens (observer.py); None: nobody watches."""
+    summarize: Summarizer | None = None
+    """rollout.context=summarize: who writes the summary (the policy or rollout.summary_tool)."""
 
 
 async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, index: int,
                       session: str | None = None, seed: int | None = None,
-                      prompt_images: list[Image] | None = None) -> Trajectory:
+                      prompt_images: list[Image] | None = None,
+                      conversation: Conversation | None = None) -> Trajectory:
     """Roll out `traj` (empty, with its id, group and info) from `prompt_ids` until it ends.
 
     `index` orders this trajectory among the others of its run (the lock-step barrier releases in
     that order); `session` names its KV cache in the generator (kept between its turns); `seed`,
     when given, seeds each turn's draws (GenRequest.seed = mix_seed(seed, turn)); `prompt_images`
-    are the images the prompt's pads stand for (a vision-language ToolManager's). Returns
+    are the images the prompt's pads stand for (a vision-language ToolManager's); `conversation`,
+    the env's messages and tools, is what `rollout.context` drop_thinking and summarize re-render
+    (context.py: each turn's next prompt; one that does not extend the last adds a
+    `traj.branches` entry, where a new sample of the episode starts). Returns
     `traj`, filled in: segments, tool calls, turns, status, error, and metrics: gen_s, queue_s
     (the generator's GenResult timings, summed over turns), tool_s (waiting for tools, barrier
     included), gen_tokens, obs_tokens, wall_s (this trajectory's own start to end). Never raises
@@ -117,6 +131,7 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
     traj.segments.append(Segment("prompt", list(prompt_ids), setup.decode(prompt_ids), images=prompt_images or None))
     traj.metrics.update(gen_s=0.0, queue_s=0.0, tool_s=0.0, gen_tokens=0.0, obs_tokens=0.0)
     context = list(prompt_ids)
+    history = open_history(rollout, tm, context, conversation, setup.summarize)
     try:
         while True:
             # 1. Generate the next model turn; the prompt is the whole context so far.
@@ -148,62 +163,92 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
 
             # 3. Parse the turn (without its stop token).
             try:
-                parsed = await parse_turn(tm, turn_text(result, setup.stop_texts))
+                text = turn_text(result, setup.stop_texts)
+                parsed = await parse_turn(tm, text)
             except Exception as e:  # parse() must not raise; if it does, only this trajectory ends
                 reason = f"the parser raised {type(e).__name__}: {e}"
                 traj.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=traj.turns, error=reason[:200]))
                 traj.error = reason[:1000]
                 return _end(traj, "malformed")
 
-            # 4. Stop rules: the env's hook, an answer, the last allowed turn.
+            # 4. Stop rules: the env's hook, an answer (unless the env has a next user turn), the
+            # last allowed turn.
+            user, shown = None, []  # the observation's user turn or tool results (context.Turn)
             status = setup.env.end_episode(traj, parsed)
             if status is not None:
                 if status not in STATUSES:
                     raise ValueError(f"env {setup.env.name!r}: end_episode returned {status!r}; "
                                      f"expected None or one of {', '.join(STATUSES)}")
                 return _end(traj, status)
-            if isinstance(parsed, Answer) or (isinstance(parsed, ToolCalls) and not parsed.calls):
-                return _end(traj, "ok")
             last_turn = traj.turns >= setup.max_turns
-            if isinstance(parsed, Malformed):
-                traj.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=traj.turns,
-                                                      error=parsed.reason[:200]))
+            if isinstance(parsed, Answer) or (isinstance(parsed, ToolCalls) and not parsed.calls):
+                user = next_user_turn(traj, setup)
+                if user is None:
+                    return _end(traj, "ok")
                 if last_turn:
-                    return _end(traj, "malformed")
-                results, overflow = [ToolResult.error(parsed.reason, status=MALFORMED)], "malformed"
-            else:
-                if last_turn:
-                    return _end(traj, "truncated")  # the calls of the last allowed turn are not run
-
-                # 5. Tools: run the turn's calls (at most max_calls_per_turn of them); a turn the
-                # tool layer could not serve ends here.
-                calls = list(parsed.calls)
-                results, error = await run_tools(traj, calls[: rollout.max_calls_per_turn], setup, index)
-                if error is not None:
-                    traj.error = error
+                    return _end(traj, "truncated")  # the conversation has more turns than the rollout allows
+                # 5. The env's next user message is this turn's observation.
+                try:
+                    rendered = Rendered(render_user_turn(tm, user))
+                except Exception as e:  # a family without user turns, or a template that cannot render it
+                    traj.error = f"rendering the next user turn raised {type(e).__name__}: {e}"[:1000]
                     return _end(traj, "infra_error")
-                if len(calls) > rollout.max_calls_per_turn:
-                    results.append(not_run(traj, len(calls) - rollout.max_calls_per_turn, rollout.max_calls_per_turn))
-                overflow = "truncated"
+                traj.metrics["user_turns"] = traj.metrics.get("user_turns", 0.0) + 1
+                overflow: Status = "truncated"
+            else:
+                if isinstance(parsed, Malformed):
+                    traj.tool_calls.append(ToolCallRecord("", None, MALFORMED, 0.0, turn=traj.turns,
+                                                          error=parsed.reason[:200]))
+                    if last_turn:
+                        return _end(traj, "malformed")
+                    results, overflow = [ToolResult.error(parsed.reason, status=MALFORMED)], "malformed"
+                else:
+                    if last_turn:
+                        return _end(traj, "truncated")  # the calls of the last allowed turn are not run
 
-            # 6. Fit the observation into its own budget and what is left of the trajectory's. A
-            # tool manager that cannot render it ends this trajectory only.
-            try:
-                rendered, cut = fit_observation(tm, results, rollout.max_observation_tokens)
-            except Exception as e:
-                traj.error = f"rendering the observation raised {type(e).__name__}: {e}"[:1000]
-                return _end(traj, "infra_error")
-            if rendered is None:
-                traj.error = "the observation does not fit in rollout.max_observation_tokens"
-                return _end(traj, overflow)
-            records = traj.tool_calls[-len(results):]
-            for i in cut:
-                records[i].truncated = True
+                    # 5. Tools: run the turn's calls (at most max_calls_per_turn of them); a turn the
+                    # tool layer could not serve ends here.
+                    calls = list(parsed.calls)
+                    results, error = await run_tools(traj, calls[: rollout.max_calls_per_turn], setup, index)
+                    if error is not None:
+                        traj.error = error
+                        return _end(traj, "infra_error")
+                    if len(calls) > rollout.max_calls_per_turn:
+                        results.append(not_run(traj, len(calls) - rollout.max_calls_per_turn, rollout.max_calls_per_turn))
+                    overflow = "truncated"
+
+                # 6. Fit the observation into its own budget and what is left of the trajectory's. A
+                # tool manager that cannot render it ends this trajectory only.
+                try:
+                    fitted, cut, shown = fit_observation(tm, results, rollout.max_observation_tokens)
+                except Exception as e:
+                    traj.error = f"rendering the observation raised {type(e).__name__}: {e}"[:1000]
+                    return _end(traj, "infra_error")
+                if fitted is None:
+                    traj.error = "the observation does not fit in rollout.max_observation_tokens"
+                    return _end(traj, overflow)
+                rendered = fitted
+                records = traj.tool_calls[-len(results):]
+                for i in cut:
+                    records[i].truncated = True
             obs = rendered.ids
-            if len(context) + len(obs) >= rollout.max_total_tokens:
+            try:  # the next prompt: context + obs, unless rollout.context rewrites the history (context.py)
+                nxt, why = ((context + obs, "") if history is None else
+                            await history.next_prompt(context, obs, Turn(list(result.token_ids), text, parsed, shown, user)))
+            except Exception as e:  # a template that cannot re-render, a summarizer that failed: this trajectory only
+                traj.error = f"rollout.context={rollout.context}: {type(e).__name__}: {e}"[:1000]
+                return _end(traj, "infra_error")
+            if len(nxt) >= rollout.max_total_tokens:
                 return _end(traj, overflow)
-            traj.segments.append(Segment("observation", obs, setup.decode(obs), images=rendered.images or None))
-            context.extend(obs)
+            if extends(nxt, context):  # one sequence: what the next prompt adds is the observation
+                obs = nxt[len(context):]
+                traj.segments.append(Segment("observation", obs, setup.decode(obs), images=rendered.images or None))
+            else:  # rewritten: the observation as it happened, then a new sample from `nxt`
+                traj.segments.append(Segment("observation", obs, setup.decode(obs), images=rendered.images or None))
+                diff, where = branch_reason(context, nxt, setup.decode, f"sample {len(traj.branches)}")
+                traj.branches.append(Branch(len(traj.segments), list(nxt), setup.decode(nxt), diff, f"{why}; {where}"))
+                traj.metrics["samples"] = float(len(traj.branches) + 1)
+            context = nxt
             _add(traj, obs_tokens=len(obs))
             if observer is not None:
                 in_turn = False
@@ -212,6 +257,26 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
         traj.metrics["wall_s"] = time.perf_counter() - t0
         if in_turn and observer is not None:  # the trajectory ended (or raised) during this turn
             observer.turn_ended(traj)
+
+
+def next_user_turn(traj: Trajectory, setup: Setup) -> str | None:
+    """The env's next user message after the model answered (`Env.next_user_turn`), told to the
+    observer; None ends the trajectory. An env returning something else raises (a bug of the env)."""
+    user = setup.env.next_user_turn(traj)
+    if user is not None and not isinstance(user, str):
+        raise ValueError(f"env {setup.env.name!r}: next_user_turn returned a {type(user).__name__}; "
+                         "expected the user message's text or None")
+    if user is not None and setup.observer is not None:
+        setup.observer.user_turn(traj, user)
+    return user
+
+
+def render_user_turn(tm: ToolManager, text: str) -> list[int]:
+    """`tm.render_user_turn(text)`; a ValueError naming the family when it cannot render user turns."""
+    if not isinstance(tm, UserTurnRenderer):
+        raise ValueError(f"the {tm.family!r} tool manager cannot render a user turn in the middle of an "
+                         "episode (qwen3, llama3 and template can)")
+    return list(tm.render_user_turn(valid_text(text)[0]))
 
 
 async def parse_turn(tm: ToolManager, text: str) -> ParseResult:
@@ -306,18 +371,19 @@ def _valid(result: ToolResult) -> ToolResult:
     return replace(result, text=text, replaced_chars=result.replaced_chars + replaced)
 
 
-def fit_observation(tm: ToolManager, results: list[ToolResult], limit: int) -> tuple[Rendered | None, set[int]]:
+def fit_observation(tm: ToolManager, results: list[ToolResult], limit: int
+                    ) -> tuple[Rendered | None, set[int], list[ToolResult]]:
     """Render `results` within `limit` tokens. Images are never cut: a vision-language manager first
     drops whole images, the last first, each leaving a note (`fit_images`). Then, while longer than
     `limit`, the longest result text is cut (never into those notes) and marked. Returns the
-    rendering (ids, and images for a vision-language manager; None if even empty texts do not fit)
-    and which results were cut."""
+    rendering (ids, and images for a vision-language manager; None if even empty texts do not fit),
+    which results were cut, and the results as rendered (their texts cut)."""
     keep = [0] * len(results)
     if isinstance(tm, VisionToolManager):
         results, keep = tm.fit_images(results, limit)
     obs = render_observation(tm, results)
     if len(obs.ids) <= limit:
-        return obs, set()
+        return obs, set(), list(results)
     # Tokens no text cut removes (images, markup): the texts share what is left of the limit.
     fixed = len(render_observation(tm, [replace(r, text="") for r in results]).ids) if obs.images else 0
     texts = [r.text for r in results]
@@ -330,14 +396,16 @@ def fit_observation(tm: ToolManager, results: list[ToolResult], limit: int) -> t
         share = min(0.9, (limit - fixed) / max(1, len(obs.ids) - fixed))
         texts[i] = body[: max(keep[i], int(len(body) * share))] + TRUNCATION_MARK
         cut.add(i)
-        obs = render_observation(tm, [replace(r, text=t) for r, t in zip(results, texts)])
+        shown = [replace(r, text=t) for r, t in zip(results, texts)]
+        obs = render_observation(tm, shown)
         if len(obs.ids) <= limit:
-            return obs, cut
+            return obs, cut, shown
     if any(keep):  # the notes of dropped images fit (fit_images saw to it), without a mark after them
-        obs = render_observation(tm, [replace(r, text=r.text[:k]) for r, k in zip(results, keep)])
+        shown = [replace(r, text=r.text[:k]) for r, k in zip(results, keep)]
+        obs = render_observation(tm, shown)
         if len(obs.ids) <= limit:
-            return obs, cut | {j for j, (r, k) in enumerate(zip(results, keep)) if len(r.text) > k}
-    return None, cut
+            return obs, cut | {j for j, (r, k) in enumerate(zip(results, keep)) if len(r.text) > k}, shown
+    return None, cut, []
 
 
 def _end(traj: Trajectory, status: Status) -> Trajectory:
