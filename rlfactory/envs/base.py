@@ -108,3 +108,11 @@ def missing_members(env: object) -> list[str]:
     if not isinstance(getattr(env, "max_turns", None), int):
         missing.append("max_turns")
     return missing
+
+
+def require_members(env: object) -> None:
+    """Raise a TypeError naming what of the Env protocol `env` lacks (nothing when it has all of it)."""
+    missing = missing_members(env)
+    if missing:
+        raise TypeError(f"env {type(env).__qualname__} does not implement {', '.join(missing)} "
+                        "(subclass rlfactory.envs.Env to inherit the defaults)")

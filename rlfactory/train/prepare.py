@@ -66,7 +66,7 @@ def resolve_max_turns(cfg: RunConfig, env: Env) -> int:
     if cfg.rollout.max_turns is not None and option is not None and option != cfg.rollout.max_turns:
         raise ConfigError(f"rollout.max_turns={cfg.rollout.max_turns} and env.options.max_turns={option} disagree: "
                           "set the turn limit in one of them")
-    return int(cfg.rollout.max_turns or getattr(env, "max_turns", 4) or 4)
+    return int(cfg.rollout.max_turns or env.max_turns or 4)
 
 
 def env_tools(cfg: RunConfig, env: Env) -> EnvTools:
@@ -148,11 +148,8 @@ def renamed_tools(runner: ToolRunner, qualify_names: bool = False) -> str | None
 def env_reward(cfg: RunConfig, env: Env) -> Reward | None:
     """The env's own reward (None when it has none), with its failure (a reward term typo inside
     the env, say) as a ConfigError naming the env."""
-    reward = getattr(env, "reward", None)
-    if reward is None:
-        return None
     try:
-        return reward()
+        return env.reward()
     except NotImplementedError:
         return None
     except Exception as e:
@@ -192,8 +189,7 @@ def check_split(cfg: RunConfig, env: Env, reward: Reward | None, split: str, row
 
     if reward is None or not rows:
         return
-    info = getattr(env, "info", None)
-    problem = check_rows(reward, (info(row) if callable(info) else dict(row) for row in rows),
+    problem = check_rows(reward, (env.info(row) for row in rows),
                          f"env {cfg.env.name!r}: {split} row", try_terms)
     if problem:
         raise ConfigError(problem)

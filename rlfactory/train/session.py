@@ -168,6 +168,7 @@ async def open_rollout(
     `model` is the learner's copy; `load_policy=False` skips loading it (rollouts only).
     `connect_server` reaches the MCP servers (see ToolRunner; default: start them in this process).
     """
+    from rlfactory.envs.base import require_members
     from rlfactory.train.prepare import CommandChecks, build_env, prepare_tools_and_reward, resolve_max_turns
 
     gen_cfg = cfg.generator
@@ -178,8 +179,9 @@ async def open_rollout(
     if model is None or tokenizer is None:
         check_model_path(cfg.model.path)  # before anything starts: one line, no download
     if env is None:
-        env = build_env(cfg)
+        env = build_env(cfg)  # make_env checks its members
     else:
+        require_members(env)
         resolve_max_turns(cfg, env)
     generator = runner = None
     try:
