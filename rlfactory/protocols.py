@@ -7,9 +7,10 @@ continuous batching, rlfactory/generation/local.py), `ServerGenerator` (vLLM / S
 serve` over HTTP, rlfactory/generation/server_generator.py), `VersionedGenerator` (a policy version
 around either) and verl's. What a generator may offer besides is a Protocol of its own, checked
 with `isinstance`: `KeepsSessions` (`forget`), `Reseedable` (`reseed`), `FreesCache`
-(`free_cache`). A generator that cannot serve a turn for reasons outside the model (every server
-down, a server rejecting the request) raises `GenerationUnavailable`; the rollout engine ends that
-trajectory `infra_error` and goes on with the others.
+(`free_cache`), `HasTokenizer` (`tokenizer`), `Closeable` (`close`). A generator that cannot serve
+a turn for reasons outside the model (every server down, a server rejecting the request) raises
+`GenerationUnavailable`; the rollout engine ends that trajectory `infra_error` and goes on with
+the others.
 
 `WeightSync`: gives the generators each new policy version. The learner owns the weights; after an
 update the training step calls `ensure(policy, version)` and logs the metrics it returns. Three
@@ -30,6 +31,9 @@ from rlfactory.config import SamplingConfig
 
 if TYPE_CHECKING:
     from torch import nn
+
+    from rlfactory.images import Image
+    from transformers import PreTrainedTokenizerBase
 
 WEIGHT_SYNC_SECONDS = "weight_sync/seconds"
 """Seconds one push took in the training step (for a push that finishes later, its start)."""
@@ -86,6 +90,10 @@ class GenRequest:
     request of a lower priority waits or generates (rows already generating are never stopped);
     asynchronous training gives each step's rollout its step number, so the older step, which the
     learner waits for, is not slowed by the next one's turns. Server backends ignore it."""
+    images: Sequence[Image] | None = None
+    """The images that the image pads of `prompt_ids` stand for, in order: a vision-language
+    model's whole context so far (every turn's images). The local generator encodes each in the
+    prefill of the turn that brings it. None = no images."""
 
 
 @dataclass
@@ -157,4 +165,20 @@ class FreesCache(Protocol):
     needed elsewhere (before a training step)."""
 
     def free_cache(self) -> None:
+        ...
+
+
+@runtime_checkable
+class HasTokenizer(Protocol):
+    """A generator that decodes its own turns (`GenResult.text`, stop strings) with `tokenizer`; the
+    rollout engine and the versioned gate use it when they are given none."""
+
+    tokenizer: PreTrainedTokenizerBase | None
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """A generator that holds a thread or connections until `close()`."""
+
+    def close(self) -> None:
         ...

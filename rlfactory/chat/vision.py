@@ -56,6 +56,16 @@ class VisionToolManager(Protocol):
         ...
 
 
+@runtime_checkable
+class PixelSource(Protocol):
+    """What turns images into a vision-language model's pixel inputs (the `qwen2_5_vl` ToolManager):
+    the trainer's batches and the local generator's prefill both ask it, so both see the same pixels."""
+
+    def pixel_inputs(self, images: Sequence[Image]) -> dict[str, Any]:
+        """`pixel_values` [patches, D] and `image_grid_thw` [images, 3] of `images`, in order."""
+        ...
+
+
 def is_image_part(part: Any) -> bool:
     return isinstance(part, dict) and (part.get("type") in ("image", "image_url") or "image" in part
                                        or "image_url" in part)

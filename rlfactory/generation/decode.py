@@ -26,6 +26,7 @@ from rlfactory.generation.prefill import Prefill
 from rlfactory.generation.rows import Row
 from rlfactory.generation.slots import Slots
 from rlfactory.generation.stops import StopCheck
+from rlfactory.generation.vision import VisionPrefill
 
 
 class DecodeLoop:
@@ -33,7 +34,7 @@ class DecodeLoop:
 
     def __init__(self, model: Callable[[], Any], pad_id: int, device: torch.device, rng: torch.Generator,
                  tokenizer: Any = None, logits_processor: Callable | None = None, min_shared_prefix: int = 16,
-                 static: StaticDecode | None = None) -> None:
+                 static: StaticDecode | None = None, vision: VisionPrefill | None = None) -> None:
         self.stats: dict[str, float] = {
             "steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0, "shared_prefix_tokens": 0,
             "moved_rows": 0, "tokens": 0, "busy_s": 0.0, "cache_grows": 0}
@@ -42,7 +43,7 @@ class DecodeLoop:
         self.kept = KeptCaches(self.stats)
         stops = StopCheck(tokenizer, model, self.stats)
         self.prefill = Prefill(self.forward, self.slots, self.kept, stops, pad_id, device, self.stats,
-                               min_shared_prefix)
+                               min_shared_prefix, vision)
         self.decode = DecodeStep(self.forward, self.slots, self.kept, stops, device, self.stats, static)
 
     @property

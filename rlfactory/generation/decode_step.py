@@ -42,6 +42,11 @@ class DecodeStep:
         live = [i for i, r in enumerate(slots.rows) if r is not None]
         rows = [slots.rows[i] for i in live]
         static = self.static_plan()
+        delta = [r.rope_delta if r is not None else 0 for r in slots.rows]
+        if static is not None and any(delta):
+            # A CUDA graph's positions are the cache columns; a row after images is at column +
+            # its rope delta, so steps with such rows run eager (same tokens, more host time).
+            static = None
         if static is not None:  # every slot, all columns: fixed shapes, replayed from a CUDA graph
             logits = self.static.logits(self.forward.model(), static, cache, slots.last, slots.length)
             logits = self.forward.process(rows, logits, slots.keep_index(live, logits.shape[0]))
@@ -56,7 +61,8 @@ class DecodeStep:
             else:  # left-aligned slots: a key's column is its position
                 mask = plan.build(cols.expand(len(write), -1), cols <= write.unsqueeze(1), write.unsqueeze(1))
             last = torch.tensor(slots.last, dtype=torch.long, device=self.device).unsqueeze(1)
-            logits = self.forward.logits(rows, last, mask, write.unsqueeze(1), cache,
+            pos = write if not any(delta) else write + torch.tensor(delta, dtype=torch.long, device=self.device)
+            logits = self.forward.logits(rows, last, mask, pos.unsqueeze(1), cache,
                                          slots.keep_index(live, len(slots.rows)))
         self.stats["steps"] += 1
         tokens, lps = self.forward.draw(rows, logits, slots.row_sampling(rows))

@@ -54,11 +54,12 @@ class Forward:
         return self._plan
 
     def logits(self, rows: list[Row], input_ids: torch.Tensor, mask: Any, pos: torch.Tensor, cache: Any,
-               keep: torch.Tensor | None = None) -> torch.Tensor:
-        """The rows' next-token logits [len(rows), V] after one forward writing into `cache`."""
+               keep: torch.Tensor | None = None, pixels: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The rows' next-token logits [len(rows), V] after one forward writing into `cache`
+        (`pixels`: the images of an image prefill, vision.py; `pos` is then [3, B, q])."""
         model = self.model()
         out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, **cache_kwarg(model, cache),
-                    use_cache=True, logits_to_keep=1)
+                    use_cache=True, logits_to_keep=1, **(pixels or {}))
         return self.process(rows, out.logits[:, -1, :], keep)
 
     def process(self, rows: list[Row], logits: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:

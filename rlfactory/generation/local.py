@@ -28,6 +28,8 @@ from rlfactory.generation.attention_masks import mask_plan
 from rlfactory.generation.decode import DecodeLoop
 from rlfactory.generation.decode_graph import StaticDecode
 from rlfactory.generation.rows import Row
+from rlfactory.generation.vision import VisionPrefill, vision_body
+from rlfactory.chat.vision import PixelSource
 from rlfactory.protocols import GenRequest, GenResult, generate_all
 
 
@@ -45,6 +47,9 @@ class LocalGenerator:
     Waiting requests join the batch by `GenRequest.priority` (lower first; see `_admit`).
     On a CUDA device with `cuda_graphs` (and sdpa or eager attention), decode steps run at fixed
     shapes replayed from a CUDA graph (decode_graph.py): same tokens, a fraction of the host time.
+    `pixels` (a vision-language model's ToolManager) lets requests carry images (`GenRequest.images`):
+    each is encoded once, in the prefill of its turn, at the model's own M-RoPE positions
+    (vision.py); decode steps of rows after images run without CUDA graphs.
     """
 
     def __init__(
@@ -60,6 +65,7 @@ class LocalGenerator:
         seed: int | None = None,
         logits_processor: Callable[[list[GenRequest], list[list[int]], torch.Tensor], torch.Tensor] | None = None,
         cuda_graphs: bool = True,
+        pixels: PixelSource | None = None,
     ) -> None:
         self.model = model
         self.pad_id = int(pad_id)
@@ -75,8 +81,11 @@ class LocalGenerator:
             raise ValueError("stop_strings need a tokenizer")
         mask_plan(model)  # refuses layer kinds and attention kernels it cannot mask, before any work
         static = StaticDecode(graphs=True, pad_id=self.pad_id) if cuda_graphs and self.device.type == "cuda" else None
+        vision = VisionPrefill(pixels) if pixels is not None else None
+        if vision is not None:
+            vision_body(model)  # a model that takes no pixels is refused here, not at the first image
         self.loop = DecodeLoop(lambda: self.model, self.pad_id, self.device, self.rng, tokenizer, logits_processor,
-                               static=static)
+                               static=static, vision=vision)
         self._pending: list[Row] = []
         self._worker: asyncio.Task | None = None
         self._free_pending = False
@@ -124,6 +133,9 @@ class LocalGenerator:
             raise ValueError("stop_strings need a tokenizer")
         if not request.prompt_ids:
             raise ValueError("a generation request needs at least one prompt token")
+        if request.images and self.loop.prefill.vision is None:
+            raise ValueError(f"a request holds {len(request.images)} image(s) but this generator has no image "
+                             "processor: LocalGenerator(pixels=...) takes the vision-language ToolManager")
         row = Row(request, loop.create_future(), frozenset(int(t) for t in stop_ids), stops, time.perf_counter())
         self._pending.append(row)
         if self._worker is None or self._worker.done():

@@ -23,6 +23,7 @@ from rlfactory.generation.kv_cache import RowKV, cache_kwarg, cache_of_rows, new
 from rlfactory.generation.rows import Row
 from rlfactory.generation.slots import Slots
 from rlfactory.generation.stops import StopCheck
+from rlfactory.generation.vision import VisionPrefill, pixel_kwargs
 from rlfactory.passes import plan_micro_batches
 
 PREFILL_OVERHEAD_TOKENS = 48
@@ -49,7 +50,8 @@ class Prefill:
     done (max_new_tokens <= 0, or a stop at their first token)."""
 
     def __init__(self, forward: Forward, slots: Slots, kept: KeptCaches, stops: StopCheck, pad_id: int,
-                 device: torch.device, stats: dict[str, float], min_shared_prefix: int = 16) -> None:
+                 device: torch.device, stats: dict[str, float], min_shared_prefix: int = 16,
+                 vision: VisionPrefill | None = None) -> None:
         self.forward = forward
         self.slots = slots
         self.kept = kept
@@ -58,6 +60,7 @@ class Prefill:
         self.device = device
         self.stats = stats
         self.min_shared_prefix = min_shared_prefix
+        self.vision = vision  # image rows' pixels and M-RoPE positions (None: text only)
 
     def __call__(self, rows: list[Row]) -> list[Row]:
         now = time.perf_counter()
@@ -105,7 +108,8 @@ class Prefill:
         cache.begin_step(cols, rows=torch.tensor(seats, device=self.device))
         keys = torch.arange(cache.width, device=self.device).expand(len(rows), -1)  # a key's column is its position
         mask = plan.build(keys, torch.ones_like(keys, dtype=torch.bool), cols)
-        tokens, lps = self.forward.draw(rows, self.forward.logits(rows, ids, mask, cols, cache))
+        pos, pixels = self._positions(rows, n_past, news, cols)
+        tokens, lps = self.forward.draw(rows, self.forward.logits(rows, ids, mask, pos, cache, pixels=pixels))
         done = self.stops.record(rows, tokens, lps)
         for row, slot, tok, p, n in zip(rows, seats, tokens, n_past, news):
             slots.length[slot], slots.last[slot] = p + len(n), tok
@@ -115,10 +119,38 @@ class Prefill:
             slots.tidy()
         return done
 
+    def _positions(self, rows: list[Row], n_past: list[int], news: list[list[int]], cols: torch.Tensor
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor] | None]:
+        """(position ids, pixel keywords) of an in-slot prefill: the columns for text rows; with
+        image rows, [3, B, q] M-RoPE positions (each text row's columns in all three) and the new
+        images' pixels, which the vision encoder sees once, here."""
+        if not any(r.req.images for r in rows):
+            return cols, None
+        if self.vision is None:
+            raise ValueError("a request holds images but the generator has no image processor "
+                             "(LocalGenerator(pixels=...): the vision-language ToolManager)")
+        model = self.forward.model()
+        q = cols.shape[1]
+        pos = cols.unsqueeze(0).repeat(3, 1, 1)
+        parts = []
+        for i, (row, p, n) in enumerate(zip(rows, n_past, news)):
+            if not row.req.images:
+                parts.append(None)
+                continue
+            v = self.vision.row(model, row.req.prompt_ids, row.req.images, p)
+            row.rope_delta = v.delta
+            pos[:, i, : q - len(n)] += v.delta  # padding queries: past the row's end, as its decode steps
+            pos[:, i, q - len(n):] = v.positions.to(pos.device)
+            parts.append(v)
+        return pos, pixel_kwargs(parts, self.device)
+
     def _padded(self, rows: list[Row], pasts: list[RowKV | None], news: list[list[int]]) -> list[Row]:
         """Prefill for attention kernels that take only 2D padding masks (flash, flex): the rows'
         pasts right-aligned in a cache of their own, the new tokens left-padded after them; each
         row's cache is then copied into a slot of the decode cache."""
+        if any(r.req.images for r in rows):
+            raise NotImplementedError("requests with images prefill in the decode cache, with masks by position: "
+                                      "set model.attn_implementation to sdpa or eager")
         if any(pasts):
             cache, past_mask = cache_of_rows(pasts)
         else:
@@ -152,6 +184,9 @@ class Prefill:
             return
         first = news[fresh[0]]
         common = min(len(news[i]) for i in fresh) - 1  # each row keeps >= 1 id to prefill
+        image_id = getattr(self.forward.model().config, "image_token_id", None)
+        if image_id is not None and image_id in first[:common]:
+            common = first.index(image_id)  # text positions are 1-D up to the first image only
         for i in fresh[1:]:
             row, k = news[i], 0
             while k < common and row[k] == first[k]:

@@ -21,3 +21,6 @@ class Row:
     finish: str | None = None
     """None while generating; "stop" (a stop token or string) or "length" once done."""
     stop_token: int | None = None
+    rope_delta: int = 0
+    """Multimodal rotary position minus cache column of the tokens after the prompt (nonzero after
+    images: vision.py); 0 for text."""

@@ -15,21 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
+from rlfactory.chat.vision import PixelSource
 from rlfactory.images import Image
 
-
-@runtime_checkable
-class PixelSource(Protocol):
-    """What turns images into a vision-language model's pixel inputs (the `qwen2_5_vl` ToolManager)."""
-
-    def pixel_inputs(self, images: Sequence[Image]) -> dict[str, Any]:
-        """`pixel_values` [patches, D] and `image_grid_thw` [images, 3] of `images`, in order."""
-        ...
+__all__ = ["BatchImages", "PixelSource", "Pixels", "joined", "mrope_positions", "multimodal_body", "pixel_kwargs",
+           "row_pixels"]
 
 
 @dataclass
