@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from rlfactory.train.session import checked_tool_manager, load_tokenizer, pad_id_of
     from rlfactory.config import ModelConfig
     from rlfactory.generation.model_source import load_model, pick_device
+    from rlfactory.protocols import Closeable
     from rlfactory.serve.gateway import Gateway
     from rlfactory.trajectory import write_jsonl
 
@@ -85,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         uvicorn.run(gateway.app(), host=args.host, port=args.port, log_level="warning", access_log=False)
     finally:
-        close = getattr(generator, "close", None)
-        if close is not None:
-            close()
+        if isinstance(generator, Closeable):
+            generator.close()
     return 0

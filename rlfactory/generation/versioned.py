@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from rlfactory.openmp import released
-from rlfactory.protocols import GenRequest, GenResult, generate_all
+from rlfactory.protocols import GenRequest, GenResult, Generator, HasTokenizer, KeepsSessions, Reseedable, generate_all
 
 
 class TurnGate:
@@ -73,10 +73,10 @@ class VersionedGenerator:
     """Wraps `generator` (a LocalGenerator, or anything with `submit`, `forget`, `reseed`) that
     holds `version`; see the module doc."""
 
-    def __init__(self, generator: Any, version: int = 0) -> None:
+    def __init__(self, generator: Generator, version: int = 0) -> None:
         self.generator = generator
         self.version = int(version)
-        self.tokenizer = getattr(generator, "tokenizer", None)
+        self.tokenizer = generator.tokenizer if isinstance(generator, HasTokenizer) else None
         self.updates_waited = 0
         """Updates that had to wait for turns in flight to finish."""
         self._gate = TurnGate()
@@ -101,14 +101,12 @@ class VersionedGenerator:
         return await generate_all(self, requests)
 
     def forget(self, session: str | None = None) -> None:
-        forget = getattr(self.generator, "forget", None)
-        if forget is not None:
-            forget(session)
+        if isinstance(self.generator, KeepsSessions):
+            self.generator.forget(session)
 
     def reseed(self, seed: int) -> None:
-        reseed = getattr(self.generator, "reseed", None)
-        if reseed is not None:
-            reseed(seed)
+        if isinstance(self.generator, Reseedable):
+            self.generator.reseed(seed)
 
     async def update(self, load: Callable[[], Any], version: int | None = None) -> None:
         """Run `load()` (copies the new weights into the generator's model; in a worker thread)

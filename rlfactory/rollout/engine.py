@@ -25,7 +25,7 @@ from rlfactory.chat.vision import Rendered, render_prompt
 from rlfactory.envs.base import Env, missing_members
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.episode import Setup, rollout_one
-from rlfactory.protocols import GenRequest, GenResult, Generator
+from rlfactory.protocols import GenRequest, GenResult, Generator, HasTokenizer, KeepsSessions
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.generation.sampling import mix_seed
 from rlfactory.tools.base import ToolResult, ToolSpec
@@ -68,7 +68,9 @@ class RolloutEngine:
         self.env = env
         self.rollout = rollout
         self.sampling = sampling
-        self.tokenizer = tokenizer if tokenizer is not None else getattr(generator, "tokenizer", None)
+        if tokenizer is None and isinstance(generator, HasTokenizer):
+            tokenizer = generator.tokenizer
+        self.tokenizer = tokenizer
         if self.tokenizer is None:
             raise ValueError("RolloutEngine needs a tokenizer (pass tokenizer= or give the generator one)")
 
@@ -101,7 +103,8 @@ class RolloutEngine:
         schedule: Concurrent | Lockstep = (Lockstep(len(trajs), sequential=self.rollout.lockstep_tools == "sequential")
                                            if lockstep else Concurrent(self.rollout.max_concurrent))
         setup = self._setup(schedule, policy_version, priority, observer)
-        forget = getattr(self.generator, "forget", None)  # a generator that keeps no caches has none
+        # a generator that keeps nothing between turns has nothing to forget
+        forget = self.generator.forget if isinstance(self.generator, KeepsSessions) else None
 
         async def one(i: int) -> None:
             if prompts[i] is None:  # its row could not be made into a prompt (`_start`)

@@ -45,7 +45,7 @@ from starlette.routing import Route
 from rlfactory.chat.base import ToolCalls
 from rlfactory.config import SamplingConfig
 from rlfactory.rollout.episode import parse_turn, turn_text
-from rlfactory.protocols import GenRequest, GenResult, GenerationUnavailable, Generator
+from rlfactory.protocols import GenRequest, GenResult, GenerationUnavailable, Generator, KeepsSessions
 from rlfactory.generation.sampling import mix_seed
 from rlfactory.serve.gateway_api import (BadRequest, ChatRequest, completion, error_body, make_choice, parse_chat,
                                          stream_chunks)
@@ -126,10 +126,10 @@ class Gateway:
         if episode is None:
             raise UnknownEpisode(key)
         episode.closed = True
-        forget = getattr(episode.generator or self.generator, "forget", None)
-        if forget is not None:
+        generator = episode.generator or self.generator
+        if isinstance(generator, KeepsSessions):
             for s in range(len(episode.samples)):
-                forget(f"{key}:{s}")
+                generator.forget(f"{key}:{s}")
         return episode
 
     def base_url(self, key: str | None = None) -> str:

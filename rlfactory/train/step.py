@@ -39,6 +39,7 @@ from rlfactory.rollout.branches import all_samples
 from rlfactory.rollout.engine import failed_trajectories, group_names
 from rlfactory.train.staleness import fresh_mask
 from rlfactory.config import RunConfig
+from rlfactory.protocols import FreesCache, Generator, Reseedable
 from rlfactory.train.data import PromptSampler, derive_seed, seed_everything
 from rlfactory.train.learner import Learner
 from rlfactory.train.metrics import trajectory_metrics
@@ -230,17 +231,15 @@ class TrainingStep:
     def release_generation_memory(self) -> None:
         """Synchronous steps: free the local generator's decode cache before training (it keeps it
         between its worker sessions). Asynchronous ones keep generating meanwhile."""
-        free = getattr(self.generator, "free_cache", None)
-        if free is not None and self.cfg.trainer.max_staleness == 0:
-            free()
+        if isinstance(self.generator, FreesCache) and self.cfg.trainer.max_staleness == 0:
+            self.generator.free_cache()
 
 
-def reseed_generation(generator: Any, seed: int) -> None:
-    """Seed the generator's own draws (those of requests without GenRequest.seed)."""
-    if hasattr(generator, "reseed"):
+def reseed_generation(generator: Generator, seed: int) -> None:
+    """Seed the generator's own draws (those of requests without GenRequest.seed); a generator
+    that is not `Reseedable` has none of its own to seed."""
+    if isinstance(generator, Reseedable):
         generator.reseed(seed)
-    elif isinstance(getattr(generator, "rng", None), torch.Generator):
-        generator.rng.manual_seed(seed)
 
 
 def reward_tensors(trajs: list[Trajectory]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -26,7 +26,7 @@ from rlfactory.serve.app import build_app
 from rlfactory.serve.served import ServedModel
 from rlfactory.serve.thread import AppThread
 
-FIXTURES = Path(__file__).resolve().parents[1] / "rollout" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "generation" / "fixtures"
 PROMPT = [5, 6, 7, 8, 9]
 
 
