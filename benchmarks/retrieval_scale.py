@@ -4,6 +4,10 @@ generated corpora of Search-R1's layout.
 
     .venv/bin/python benchmarks/retrieval_scale.py [--sizes 100000,1000000] [--baseline-sizes 100000,300000]
 
+With `--work DIR --prepare-only` the corpora, their queries and the indexes are made in DIR (kept)
+and the build figures saved there; a later `--work DIR --reuse` measures only the queries (the
+build figures printed are the saved ones), so a quiet window is spent on the latency alone.
+
 Per size: index build time and peak RSS (the `rlfactory index` process; for the baseline, its
 server's start-up, which builds the index), index size on disk, the server's RSS after the queries,
 and top-3 search over HTTP (`POST /retrieve`, one query a request) at 64 concurrent requests:
@@ -152,22 +156,38 @@ def main() -> int:
     ap.add_argument("--sizes", default="100000,1000000")
     ap.add_argument("--baseline-sizes", default="100000,300000")
     ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--work", default=None, help="scratch folder (default: a temp folder, deleted)")
+    ap.add_argument("--work", default=None, help="scratch folder (default: a temp folder)")
+    ap.add_argument("--prepare-only", action="store_true", help="make the corpora and indexes in --work, then stop")
+    ap.add_argument("--reuse", action="store_true", help="use the corpora and indexes already in --work")
     a = ap.parse_args()
+    if (a.prepare_only or a.reuse) and not a.work:
+        ap.error("--prepare-only and --reuse need --work DIR")
     sizes = [int(s) for s in a.sizes.split(",")]
     base_sizes = {int(s) for s in a.baseline_sizes.split(",") if s}
     work = Path(a.work or tempfile.mkdtemp(prefix="rlf-retrieval-"))
     print(f"load average at start: {os.getloadavg()}; CPUs: {os.cpu_count()}", flush=True)
-    rows = []
+    rows: list[dict] = []
     for n in sizes:
-        corpus = work / f"corpus_{n}.jsonl"
-        t = time.perf_counter()
-        queries = make_corpus(corpus, n)
-        print(f"\n== {n} passages ({corpus.stat().st_size / 2**20:.0f} MB, generated in {time.perf_counter() - t:.0f} s), "
-              f"{len(queries)} queries, load average {os.getloadavg()[0]:.1f}", flush=True)
-        out = work / f"idx_{n}"
-        build_s, build_rss, _ = run_measured([sys.executable, "-m", "rlfactory.cli.main", "index", str(corpus),
-                                              "--out", str(out), "--no-progress"])
+        corpus, out, saved = work / f"corpus_{n}.jsonl", work / f"idx_{n}", work / f"prepared_{n}.json"
+        if a.reuse:
+            if not saved.is_file():
+                raise SystemExit(f"--reuse: {saved} is missing; run with --prepare-only first")
+            prep = json.loads(saved.read_text())
+            queries, build_s, build_rss, gen_s = prep["queries"], prep["build_s"], prep["build_rss_mb"], prep["gen_s"]
+        else:
+            t = time.perf_counter()
+            queries = make_corpus(corpus, n)
+            gen_s = time.perf_counter() - t
+            build_s, build_rss, _ = run_measured([sys.executable, "-m", "rlfactory.cli.main", "index", str(corpus),
+                                                  "--out", str(out), "--no-progress"])
+            saved.write_text(json.dumps({"queries": queries, "build_s": build_s, "build_rss_mb": build_rss,
+                                         "gen_s": gen_s, "load_average": os.getloadavg()}))
+        print(f"\n== {n} passages ({corpus.stat().st_size / 2**20:.0f} MB, generated in {gen_s:.0f} s), "
+              f"{len(queries)} queries, load average {os.getloadavg()[0]:.1f}"
+              f"{' (corpus and index reused: build figures from ' + str(saved) + ')' if a.reuse else ''}", flush=True)
+        if a.prepare_only:
+            print(f"prepared {corpus} and {out}: build {build_s:.1f} s (peak RSS {build_rss:.0f} MB)", flush=True)
+            continue
         from rlfactory.envs.search.index_build import load_index
 
         _, searcher, _ = load_index(out)
@@ -202,6 +222,8 @@ def main() -> int:
                   f"server RSS {new['rss_mb'] / base['rss_mb']:.2f}x, in-process latency "
                   f"{new_inproc / base['inproc_ms']:.2f}x", flush=True)
         rows.append(row)
+    if not rows:
+        return 0
     if len(rows) >= 2:
         a1, a2 = rows[-2], rows[-1]
         grow = lambda key: a2["new"][key] + (a2["new"][key] - a1["new"][key]) / (a2["n"] - a1["n"]) * (10_000_000 - a2["n"])  # noqa: E731

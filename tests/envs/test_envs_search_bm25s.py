@@ -145,3 +145,57 @@ def test_rare_and_common_terms_take_both_scoring_paths_and_agree_with_the_full_r
             got, full = index.search(query, k), top_k(index.scores(query), k)
             assert [i for i, _ in got] == [i for i, _ in full], (query, k)
             assert [s for _, s in got] == pytest.approx([s for _, s in full], rel=1e-6, abs=1e-6)
+
+
+def _zipf_texts(n: int, seed: int = 0) -> list[str]:
+    """Passages as the retrieval benchmark makes them: a two-word title of rare words, then a
+    Zipf-distributed body whose head words are in nearly every passage."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    texts = []
+    for _ in range(n):
+        body = np.minimum(rng.zipf(1.15, size=int(rng.integers(20, 41))) - 1, 1999)
+        title = rng.integers(0, 2000, size=2)
+        texts.append(f"w{title[0]} w{title[1]}\n" + " ".join(f"w{i}" for i in body))
+    return texts
+
+
+def test_maxscore_pruning_gives_the_full_passes_ranking_to_the_bit():
+    import random
+
+    texts = _zipf_texts(3000)
+    index = BM25Index(texts)
+    rng = random.Random(1)
+    queries = [" ".join(rng.choice(t.split()) for _ in range(4)) for t in rng.sample(texts, 150)]
+    queries += ["w0 w1 w2", "w0", "w1 w3 w1999", "w5 w1234"]  # only common terms; a rare one with them
+    pruned = 0
+    for query in queries:
+        ids = sorted({index._vocab[t] for t in query.split() if t in index._vocab})
+        indptr = index._bm25.scores["indptr"]
+        spans = [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
+        for k in (1, 3, 10):
+            got, full = index._pruned(ids, spans, k), index._full(spans, k)
+            if got is not None:
+                pruned += 1
+                assert got == full, (query, k)  # same docs, same scores, exactly
+            assert index.search(query, k) == full, (query, k)
+    assert pruned > 300  # most benchmark-like queries are answered by pruning, not by the full pass
+    assert index._pruned(*_ids_spans(index, "w0 w1 w2"), 3) is None  # common terms only: no candidates to prune with
+
+
+def _ids_spans(index: BM25Index, query: str):
+    ids = sorted({index._vocab[t] for t in query.split() if t in index._vocab})
+    indptr = index._bm25.scores["indptr"]
+    return ids, [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
+
+
+def test_maxscore_pruning_falls_back_when_its_bound_is_not_below_the_kth_score():
+    # docs 0..9 hold the rare term once among 200 words (a low weight); the common term is in half the
+    # other docs, up to 7 times in a short one: a doc outside the candidates outscores them all
+    texts = [f"rare {'x ' * 200}" for _ in range(10)] + [("common " * (1 + i % 7) if i % 2 else "") + f"y{i}"
+                                                         for i in range(390)]
+    index = BM25Index(texts)
+    ids, spans = _ids_spans(index, "rare common")
+    assert index._pruned(ids, spans, 3) is None
+    assert index.search("rare common", 3) == index._full(spans, 3)

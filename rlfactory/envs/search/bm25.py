@@ -65,6 +65,8 @@ class BM25Index:
         import bm25s
 
         self.k1, self.b = k1, b
+        self._max: dict[int, float | None] = {}  # term id -> its largest weight (see _term_max)
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # see _csc
         self._bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
         if texts is None:  # `load` fills it in
             self.n_docs = 0
@@ -105,19 +107,49 @@ class BM25Index:
 
         Only the docs holding a query term are scored (the union of the terms' postings, read
         from the CSC arrays), so a query costs its postings, not the corpus size; when fewer than
-        `k` docs match, the first non-matching docs follow with score 0, as a full ranking gives."""
+        `k` docs match, the first non-matching docs follow with score 0, as a full ranking gives.
+        A query with long postings (a common term) is answered by MaxScore pruning where that is
+        exact (`_pruned`), else by one pass over all docs."""
         k = max(0, min(k, self.n_docs))
         ids = sorted({self._vocab[t] for t in tokenize(query) if t in self._vocab})
         if k == 0 or not ids:
             return [(i, 0.0) for i in range(k)]
-        sc = self._bm25.scores
-        indptr, indices, data = sc["indptr"], sc["indices"], sc["data"]
-        parts = [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
-        docs = np.concatenate([indices[a:b] for a, b in parts])
-        weights = np.concatenate([data[a:b] for a, b in parts]).astype(np.float32)
-        if len(docs) * 8 >= self.n_docs:  # long postings (a common term): one pass over all docs is cheaper than a sort
-            totals = np.bincount(docs, weights=weights, minlength=self.n_docs).astype(np.float32)
-            return top_k(totals * np.float32(self.k1 + 1.0), k)
+        indptr = self._csc()[0]
+        spans = [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
+        if sum(b - a for a, b in spans) * 8 >= self.n_docs:  # long postings
+            hits = self._pruned(ids, spans, k)
+            return hits if hits is not None else self._full(spans, k)
+        return self._union(spans, k)
+
+    def search_many(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
+        """`search` of each query, in order (one call for a batch of requests)."""
+        return [self.search(q, k) for q in queries]
+
+    def _csc(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(indptr, indices, data) as plain ndarrays: views of bm25s's (memory-mapped) arrays
+        without np.memmap's per-slice Python overhead, which a query pays a dozen times."""
+        if self._arrays is None:
+            sc = self._bm25.scores
+            self._arrays = (np.asarray(sc["indptr"]), np.asarray(sc["indices"]), np.asarray(sc["data"]))
+        return self._arrays
+
+    def _postings(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        _, indices, data = self._csc()
+        return indices[a:b], data[a:b]
+
+    def _full(self, spans: list[tuple[int, int]], k: int) -> list[tuple[int, float]]:
+        """One pass over all docs: bincount of every posting (float64, terms in id order)."""
+        parts = [self._postings(a, b) for a, b in spans]
+        docs = np.concatenate([d for d, _ in parts])
+        weights = np.concatenate([w for _, w in parts]).astype(np.float32)
+        totals = np.bincount(docs, weights=weights, minlength=self.n_docs).astype(np.float32)
+        return top_k(totals * np.float32(self.k1 + 1.0), k)
+
+    def _union(self, spans: list[tuple[int, int]], k: int) -> list[tuple[int, float]]:
+        """Score the union of the postings only (sorted doc ids), padded with zero-score docs."""
+        parts = [self._postings(a, b) for a, b in spans]
+        docs = np.concatenate([d for d, _ in parts])
+        weights = np.concatenate([w for _, w in parts]).astype(np.float32)
         cand, inverse = np.unique(docs, return_inverse=True)  # sorted doc ids
         totals = np.bincount(inverse, weights=weights).astype(np.float32) * np.float32(self.k1 + 1.0)
         hits = [(int(cand[j]), float(totals[j])) for j, _ in top_k(totals, k)]
@@ -129,6 +161,57 @@ class BM25Index:
                     hits.append((doc, 0.0))
                 doc += 1
         return hits
+
+    def _term_max(self, t: int, a: int, b: int) -> float | None:
+        """The largest weight in term `t`'s postings, or None when its doc ids are not sorted
+        (binary search needs them sorted; bm25s writes them sorted). Cached: a term's long
+        postings are read once, not per query."""
+        got = self._max.get(t, False)
+        if got is False:
+            docs, weights = self._postings(a, b)
+            got = float(weights.max()) if bool(np.all(docs[1:] > docs[:-1])) else None
+            self._max[t] = got
+        return got
+
+    def _pruned(self, ids: list[int], spans: list[tuple[int, int]], k: int) -> list[tuple[int, float]] | None:
+        """MaxScore: the docs of the rarest terms are the candidates, scored exactly (every query
+        term looked up by binary search in its postings, summed in float64 in term-id order as the
+        full pass sums them, so the scores are the same to the bit). A doc outside them holds only
+        common terms, so it scores at most the sum of those terms' largest weights; when that bound
+        is below the k-th best candidate, no such doc can enter the top k and the answer is exact.
+        None when it is not (the caller then scores every doc)."""
+        order = sorted(range(len(ids)), key=lambda j: spans[j][1] - spans[j][0])
+        maxima = [self._term_max(ids[j], *spans[j]) for j in range(len(ids))]
+        if any(m is None for m in maxima):
+            return None
+        scale = np.float32(self.k1 + 1.0)
+        budget = self.n_docs // 16  # candidates from postings this long at most: lookups stay cheap
+        for n_rare in range(1, len(ids)):
+            rare = sorted(order[:n_rare])
+            if sum(spans[j][1] - spans[j][0] for j in rare) > budget:
+                return None
+            bound = 0.0
+            for j in range(len(ids)):  # term-id order, as the totals are summed
+                if j not in rare:
+                    bound += maxima[j]
+            cand = np.unique(np.concatenate([self._postings(*spans[j])[0] for j in rare]))
+            if len(cand) < k:
+                continue
+            totals = np.zeros(len(cand), dtype=np.float64)
+            for a, b in spans:  # term-id order
+                docs, weights = self._postings(a, b)
+                pos = np.searchsorted(docs, cand)
+                inside = pos < len(docs)
+                found = np.zeros(len(cand), dtype=bool)
+                found[inside] = docs[pos[inside]] == cand[inside]
+                add = np.zeros(len(cand), dtype=np.float64)
+                add[found] = weights[pos[found]]
+                totals += add
+            scores = totals.astype(np.float32) * scale
+            best = top_k(scores, k)
+            if scores[best[-1][0]] > np.float32(bound) * scale:
+                return [(int(cand[j]), float(s)) for j, s in best]
+        return None
 
 
 def load_corpus(path: str | Path) -> list[dict[str, Any]]:

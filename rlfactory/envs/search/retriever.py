@@ -15,25 +15,32 @@ the saved index is mapped from disk and documents are read from the corpus by of
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, Sequence
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rlfactory.envs.search.batcher import MicroBatcher, log_error
 from rlfactory.envs.search.bm25 import BM25Index, load_corpus
 from rlfactory.server_process import exit_with_parent
 
 
 def build_app(docs: Sequence[dict[str, Any]], default_topk: int = 3, index: Any = None) -> Starlette:
     """`docs`: the documents by position (a list, or a CorpusStore); `index`: anything with
-    `search(query, k) -> [(position, score)]` (default: BM25 over `docs`)."""
+    `search(query, k) -> [(position, score)]` (default: BM25 over `docs`).
+
+    Requests are answered in one worker thread, those that arrive together as one batch
+    (rlfactory.envs.search.batcher: a thread hand-off per request cost more than the search);
+    the JSON answer is encoded there too. An error in one request answers that request with 500
+    and its cause; the others in its batch are answered as usual."""
     index = index or BM25Index([d["contents"] for d in docs])
 
-    def answer(queries: list[str], topk: int, with_scores: bool) -> list[list[dict[str, Any]]]:
+    def answer(request: tuple[list[str], int, bool]) -> bytes:
+        queries, topk, with_scores = request
         result = []
         for q in queries:
             hits = index.search(q, topk)
@@ -41,12 +48,14 @@ def build_app(docs: Sequence[dict[str, Any]], default_topk: int = 3, index: Any 
                 result.append([{"document": docs[i], "score": s} for i, s in hits])
             else:
                 result.append([docs[i] for i, _ in hits])
-        return result
+        return _json({"result": result})
 
-    async def retrieve(request: Request) -> JSONResponse:
+    batcher: MicroBatcher[tuple[list[str], int, bool], bytes] = MicroBatcher(answer, name="retrieve")
+
+    async def retrieve(request: Request) -> Response:
         try:
             body = await request.json()
-        except Exception:
+        except ValueError:
             return JSONResponse({"error": "body must be JSON"}, status_code=400)
         queries = body.get("queries") if isinstance(body, dict) else None
         if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
@@ -54,15 +63,24 @@ def build_app(docs: Sequence[dict[str, Any]], default_topk: int = 3, index: Any 
         topk = body.get("topk") or default_topk
         if not isinstance(topk, int) or topk < 1:
             return JSONResponse({"error": "`topk` must be a positive integer"}, status_code=422)
-        with_scores = bool(body.get("return_scores", False))
-        # in a worker thread: numpy and FAISS release the GIL, so concurrent queries overlap
-        return JSONResponse({"result": await run_in_threadpool(answer, queries, topk, with_scores)})
+        try:
+            content = await batcher.submit((queries, topk, bool(body.get("return_scores", False))))
+        except Exception as e:  # noqa: BLE001 -- answered to this request, logged; the server goes on
+            log_error("retriever: /retrieve", e)
+            return JSONResponse({"error": f"retrieval failed: {type(e).__name__}: {e}"}, status_code=500)
+        return Response(content, media_type="application/json")
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "docs": len(docs)})
 
-    return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"]), Route("/health", health, methods=["GET"])])
+    app = Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"]), Route("/health", health, methods=["GET"])])
+    app.state.batcher = batcher
+    return app
 
+
+def _json(content: Any) -> bytes:
+    """As Starlette's JSONResponse renders it."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode("utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
