@@ -24,11 +24,13 @@ from rlfactory.chat.base import ToolManager
 from rlfactory.chat.vision import Rendered, render_prompt
 from rlfactory.envs.base import Env, missing_members
 from rlfactory.config import RolloutConfig, SamplingConfig
-from rlfactory.rollout.episode import Setup, rollout_one
+from rlfactory.chat.parsing import split_reasoning
+from rlfactory.rollout.context import SUMMARY_REQUEST, Conversation, Summarizer, check_context, conversation_text
+from rlfactory.rollout.episode import Setup, rollout_one, turn_text
 from rlfactory.protocols import GenRequest, GenResult, Generator, HasTokenizer, KeepsSessions
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.generation.sampling import mix_seed
-from rlfactory.tools.base import ToolResult, ToolSpec
+from rlfactory.tools.base import OK, ToolCall, ToolResult, ToolSpec
 from rlfactory.trajectory import Trajectory
 
 log = logging.getLogger("rlfactory.rollout")
@@ -73,6 +75,7 @@ class RolloutEngine:
         self.tokenizer = tokenizer
         if self.tokenizer is None:
             raise ValueError("RolloutEngine needs a tokenizer (pass tokenizer= or give the generator one)")
+        check_context(rollout, tool_manager)
 
     def with_generator(self, generator: Generator) -> RolloutEngine:
         """This engine generating with `generator` instead (asynchronous training's copy of the
@@ -98,8 +101,10 @@ class RolloutEngine:
         """
         if seeds is not None and len(seeds) != len(rows):
             raise ValueError(f"RolloutEngine.run: {len(seeds)} seeds for {len(rows)} rows")
+        if self.rollout.summary_tool and self.rollout.context == "summarize":  # the tools are up by now
+            check_context(self.rollout, self.tool_manager, [s.name for s in self.runner.specs()] if self.runner else [])
         lockstep = self.rollout.mode == "lockstep"
-        trajs, prompts = self._start(rows, n)
+        trajs, prompts, conversations = self._start(rows, n)
         schedule: Concurrent | Lockstep = (Lockstep(len(trajs), sequential=self.rollout.lockstep_tools == "sequential")
                                            if lockstep else Concurrent(self.rollout.max_concurrent))
         setup = self._setup(schedule, policy_version, priority, observer)
@@ -115,7 +120,7 @@ class RolloutEngine:
                 async with schedule.slot():
                     await rollout_one(trajs[i], prompts[i].ids, setup, i, session,
                                       None if seeds is None else mix_seed(seeds[i // n], i % n),
-                                      prompt_images=prompts[i].images or None)
+                                      prompt_images=prompts[i].images or None, conversation=conversations[i])
             finally:
                 schedule.leave()
                 if session is not None and forget is not None:
@@ -143,19 +148,49 @@ class RolloutEngine:
             stop_texts={i: tok.decode([i], skip_special_tokens=False) for i in stop_ids},
             one_call_at_a_time=self.rollout.mode == "lockstep" and self.rollout.lockstep_tools == "sequential",
             priority=priority, observer=observer,
+            summarize=self._summarizer(priority) if self.rollout.context == "summarize" else None,
         )
 
-    def _start(self, rows: list[dict[str, Any]], n: int) -> tuple[list[Trajectory], list[Rendered | None]]:
-        """The empty trajectories (id, group, info) and their prompt ids, row-major. A row that
+    def _summarizer(self, priority: int) -> Summarizer:
+        """rollout.context=summarize: `rollout.summary_tool` called with the conversation as text, or
+        else the policy asked for a summary after the conversation (its tokens are not trained).
+        Raises when the tool fails (the trajectory ends infra_error, saying why)."""
+        rollout, tm = self.rollout, self.tool_manager
+        stop_ids = list(tm.stop_token_ids())
+        stop_texts = {i: self.tokenizer.decode([i], skip_special_tokens=False) for i in stop_ids}
+
+        async def by_tool(messages: list[dict[str, Any]], tools: list[ToolSpec]) -> str:
+            [result] = await self.runner.run([ToolCall(str(rollout.summary_tool), {"text": conversation_text(messages)})])
+            if result.status != OK or result.is_error:
+                raise RuntimeError(f"the summary tool {rollout.summary_tool!r} failed ({result.status}): {result.text[:200]}")
+            return result.text
+
+        async def by_policy(messages: list[dict[str, Any]], tools: list[ToolSpec]) -> str:
+            prompt = list(tm.render_prompt([*messages, {"role": "user", "content": SUMMARY_REQUEST}], tools))
+            result = await self.generator.submit(GenRequest(prompt, rollout.summary_max_tokens, self.sampling, stop_ids,
+                                                            list(tm.stop_strings()), None, None, priority))
+            return split_reasoning(turn_text(result, stop_texts))[1]
+
+        return by_tool if rollout.summary_tool else by_policy
+
+    def _start(self, rows: list[dict[str, Any]], n: int
+               ) -> tuple[list[Trajectory], list[Rendered | None], list[Conversation | None]]:
+        """The empty trajectories (id, group, info), their prompt ids and their conversations (the
+        env's messages and tools; only for a rollout.context that re-renders), row-major. A row that
         `env.reset`, `env.info` or `render_prompt` cannot take gives n trajectories that are
         already over: status infra_error, no segments, prompt None, `error` saying why."""
         specs = list(self.runner.specs()) if self.runner is not None else []
         trajs: list[Trajectory] = []
         prompts: list[Rendered | None] = []
+        conversations: list[Conversation | None] = []
+        rerender = self.rollout.context in ("drop_thinking", "summarize")
         for row, group in zip(rows, group_names(rows)):
             prompt: Rendered | None
+            conversation = None
             try:
-                prompt = render_prompt(self.tool_manager, self.env.reset(row), row_tool_specs(row, specs))
+                messages, tools = self.env.reset(row), row_tool_specs(row, specs)
+                prompt = render_prompt(self.tool_manager, messages, tools)
+                conversation = Conversation(list(messages), tools) if rerender else None
                 info, error = self.env.info(row), None
             except Exception as e:  # a bad row costs its own trajectories only
                 prompt, info = None, {}
@@ -167,7 +202,8 @@ class RolloutEngine:
                     traj.status, traj.error = "infra_error", error
                 trajs.append(traj)
                 prompts.append(prompt)
-        return trajs, prompts
+                conversations.append(conversation)
+        return trajs, prompts, conversations
 
 
 def row_tool_specs(row: dict[str, Any], default: list[ToolSpec]) -> list[ToolSpec]:
