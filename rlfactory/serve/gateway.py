@@ -42,18 +42,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rlfactory.chat.base import ToolCalls
+from rlfactory.chat.base import ParseResult, ToolCalls
 from rlfactory.config import SamplingConfig
 from rlfactory.rollout.episode import parse_turn, turn_text
 from rlfactory.protocols import GenRequest, GenResult, GenerationUnavailable, Generator, KeepsSessions
 from rlfactory.generation.sampling import mix_seed
 from rlfactory.serve.gateway_api import (BadRequest, ChatRequest, completion, error_body, make_choice, parse_chat,
-                                         stream_chunks)
+                                         stream_chunks, unmet_tool_choice)
 from rlfactory.serve.gateway_record import Episode
 
 
 class UnknownEpisode(KeyError):
     """No open episode has this key."""
+
+
+class ToolChoiceUnmet(ValueError):
+    """tool_choice required / a named function, and no sample of the turn complied (HTTP 422)."""
 
 
 @dataclass
@@ -65,12 +69,14 @@ class GatewayStats:
     cpu_s: float = 0.0
     """CPU seconds of the same work (the event loop thread's own time)."""
     gen_s: float = 0.0
+    tool_choice_retries: int = 0
+    """Turns sampled again because the reply did not do what `tool_choice` asked."""
 
     def as_dict(self, episodes: int) -> dict[str, float]:
         per_call = 1000 / self.calls if self.calls else 0.0
         return {"calls": self.calls, "episodes_open": episodes, "overhead_s": self.overhead_s, "gen_s": self.gen_s,
                 "cpu_s": self.cpu_s, "overhead_ms_per_call": self.overhead_s * per_call,
-                "cpu_ms_per_call": self.cpu_s * per_call}
+                "cpu_ms_per_call": self.cpu_s * per_call, "tool_choice_retries": self.tool_choice_retries}
 
 
 class Gateway:
@@ -80,11 +86,13 @@ class Gateway:
     for the record; `context` (0: unchecked) bounds prompt + max tokens; `max_new_tokens` is the
     default and the cap of a call's `max_tokens`. `policy_version` is recorded on every model
     segment a generator does not report its own for (the trainer sets it before each rollout).
+    `tool_choice_retries`: how many more times a turn is sampled when it does not do what a
+    `tool_choice` of required or a named function asks (gateway_api.py).
     """
 
     def __init__(self, generator: Generator, tool_manager: Any, tokenizer: Any, *, model_name: str = "rlfactory",
                  max_new_tokens: int = 512, context: int = 0, open_episodes: bool = False,
-                 policy_version: int = 0) -> None:
+                 policy_version: int = 0, tool_choice_retries: int = 3) -> None:
         self.generator = generator
         self.tool_manager = tool_manager
         self.tokenizer = tokenizer
@@ -93,6 +101,7 @@ class Gateway:
         self.context = int(context)
         self.open_episodes = open_episodes
         self.policy_version = policy_version
+        self.tool_choice_retries = int(tool_choice_retries)
         self.sampling: SamplingConfig | None = None
         """When set (training), every call samples with it whatever the agent asks: the recorded
         logprobs must be those the trainer corrects for. None: each request's temperature/top_p."""
@@ -160,7 +169,8 @@ class Gateway:
         request = parse_chat(body)
         tm = self.tool_manager
         try:
-            prompt = list(tm.render_prompt(request.messages, request.tools))
+            # tool_choice none: the tools are not shown (vLLM's --exclude-tools-when-tool-choice-none)
+            prompt = list(tm.render_prompt(request.messages, [] if request.tool_choice == "none" else request.tools))
         except (ValueError, TypeError, KeyError, TemplateError) as e:  # the template refusing these messages
             raise BadRequest(f"the chat template cannot render these messages: {type(e).__name__}: {e}"[:500]) from None
         max_new = min(request.max_tokens or self.max_new_tokens, self.max_new_tokens)
@@ -173,12 +183,13 @@ class Gateway:
         seed = request.seed if request.seed is not None else episode.seed
         next_sample = len(episode.samples)
 
-        def gen_request(k: int) -> GenRequest:
+        def gen_request(k: int, attempt: int = 0) -> GenRequest:
             # the kept KV cache of the sample this call continues (choice 0 only)
             session = f"{episode.key}:{match.index if match.index is not None else next_sample}" if k == 0 else None
+            draws = (seed, call, k) if attempt == 0 else (seed, call, k, "tool_choice", attempt)
             return GenRequest(prompt, max_new, self.sampling or request.sampling, self.stop_ids,
                               self.stop_strings + request.stop,
-                              session, None if seed is None else mix_seed(seed, call, k))
+                              session, None if seed is None else mix_seed(*draws))
 
         t_submit, c_submit = time.perf_counter(), time.thread_time()
         generator = episode.generator or self.generator
@@ -188,14 +199,19 @@ class Gateway:
         if episode.closed:
             raise UnknownEpisode(f"episode {episode.key[:12]}... ended while this call generated")
         choices, calls = [], []
-        for r in results:
+        retry_gen_s = 0.0
+        for k, r in enumerate(results):
             text = turn_text(r, self.stop_texts)
             parsed = await parse_turn(tm, text)
+            if request.tool_choice in ("required", "function"):
+                r, text, parsed, spent = await self._meet_tool_choice(
+                    request, r, text, parsed, lambda attempt, k=k: generator.submit(gen_request(k, attempt)))
+                results[k], retry_gen_s = r, retry_gen_s + spent
             calls.append(list(parsed.calls) if isinstance(parsed, ToolCalls) and request.tool_choice != "none" else [])
             length = r.finish_reason == "length"
             choices.append(make_choice(text, parsed, length, request.tool_choice, len(r.token_ids)))
         samples = episode.record(match, prompt, results, self.policy_version, calls)
-        gen_s = t_gen - t_submit  # waiting for the generator (its queue and the batch included)
+        gen_s = t_gen - t_submit + retry_gen_s  # waiting for the generator (its queue and the batch included)
         overhead = time.perf_counter() - t0 - gen_s
         cpu = time.thread_time() - c0 - (c_gen - c_submit)  # the loop thread's CPU while generating is others' work
         episode.overhead_s += overhead
@@ -207,6 +223,29 @@ class Gateway:
         extra = {"episode": episode.key, "samples": samples, "policy_version": self.policy_version,
                  "branched": match.index is None and match.branch is not None}
         return request, {**extra, "prompt_tokens": len(prompt)}, choices
+
+    async def _meet_tool_choice(self, request: ChatRequest, result: GenResult, text: str, parsed: ParseResult,
+                                submit: Callable[[int], Any]) -> tuple[GenResult, str, ParseResult, float]:
+        """The first of `result` and up to `tool_choice_retries` more samples that does what
+        `request.tool_choice` asks, its text and parse, and the seconds spent generating the
+        retries; ToolChoiceUnmet when none does. Set-aside samples are not recorded."""
+        why = unmet_tool_choice(request, parsed)
+        attempt, spent = 0, 0.0
+        while why is not None and attempt < self.tool_choice_retries:
+            attempt += 1
+            t0 = time.perf_counter()
+            result = await submit(attempt)
+            spent += time.perf_counter() - t0
+            text = turn_text(result, self.stop_texts)
+            parsed = await parse_turn(self.tool_manager, text)
+            why = unmet_tool_choice(request, parsed)
+        self.stats.tool_choice_retries += attempt
+        if why is not None:
+            wanted = "required" if request.tool_choice == "required" else f"function {request.tool_name!r}"
+            raise ToolChoiceUnmet(f"tool_choice {wanted}: {why}, in all {attempt + 1} samples of this turn "
+                                  f"(gateway tool_choice_retries={self.tool_choice_retries}); its last reply began "
+                                  f"{text[:120]!r}")
+        return result, text, parsed, spent
 
     # ---- HTTP ----------------------------------------------------------------------------------
 
@@ -223,6 +262,8 @@ class Gateway:
                 return _error(str(e.args[0]), 401)
             except BadRequest as e:
                 return _error(str(e), 400)
+            except ToolChoiceUnmet as e:
+                return _error(str(e), 422)
             except GenerationUnavailable as e:
                 return _error(f"generation unavailable: {e}", 503)
             if req.stream:

@@ -9,9 +9,18 @@ as a string or a list of text parts), `tools` (function tools), `tool_choice`, `
 `metadata`, `store`, ...) are ignored. A field of the wrong type, an image part or an unknown role
 is a 400 that names it.
 
-`tool_choice` is not enforced by constrained decoding: the model sees the tools and writes what it
-writes. With `"none"` the tools are still rendered (so the episode's sequence does not change under
-the model) and calls the model writes are returned as text, `finish_reason` "stop".
+`tool_choice`, as OpenAI and vLLM answer it (vLLM: `none` with `--exclude-tools-when-tool-choice-none`):
+  auto      the model sees the tools and may call them (the default).
+  none      the tools are not rendered and calls are not parsed: what the model writes is `content`,
+            `finish_reason` "stop". (The prompt then differs from one with tools: a new sample of
+            the episode starts, gateway_record.py.)
+  required  the reply is one or more tool calls; {"type": "function", "function": {"name": f}}: the
+            reply calls f (every call is to f). vLLM and OpenAI constrain decoding to that; the
+            gateway samples again instead, up to `Gateway.tool_choice_retries` more times, and
+            answers with the first reply that complies (the replies it set aside are not
+            recorded: the episode trains on what the agent saw). When none does, the call is a 422
+            that says so, and the agent's SDK raises it. Without `tools`, or naming a function
+            that is not among them, the request is a 400, as with OpenAI.
 """
 
 from __future__ import annotations
@@ -50,7 +59,9 @@ class ChatRequest:
     seed: int | None = None
     stream: bool = False
     include_usage: bool = False
-    tool_choice: Any = "auto"
+    tool_choice: str = "auto"
+    """auto, none, required, or function (the reply must call `tool_name`)."""
+    tool_name: str | None = None
 
 
 def _number(body: dict, name: str, default: float) -> float:
@@ -182,12 +193,43 @@ def parse_chat(body: Any) -> ChatRequest:
     if not isinstance(stream, bool) and stream is not None:
         raise BadRequest("`stream` must be true or false")
     options = body.get("stream_options") or {}
-    choice = body.get("tool_choice", "auto")
-    if not (choice in (None, "auto", "none", "required") or isinstance(choice, dict)):
-        raise BadRequest("`tool_choice` must be auto, none, required or {type: function, function: {name}}")
-    return ChatRequest([_message(m, i) for i, m in enumerate(messages)], _tools(body.get("tools")), n, sampling,
+    tools = _tools(body.get("tools"))
+    choice, name = _tool_choice(body.get("tool_choice"), tools)
+    return ChatRequest([_message(m, i) for i, m in enumerate(messages)], tools, n, sampling,
                        max_tokens, [s for s in stops if s], _int(body, "seed"), bool(stream),
-                       bool(isinstance(options, dict) and options.get("include_usage")), choice or "auto")
+                       bool(isinstance(options, dict) and options.get("include_usage")), choice, name)
+
+
+def _tool_choice(value: Any, tools: list[ToolSpec]) -> tuple[str, str | None]:
+    """(auto | none | required | function, the function's name); BadRequest as OpenAI answers."""
+    if value in (None, "auto", "none"):
+        return value or "auto", None
+    if value == "required":
+        if not tools:
+            raise BadRequest("`tool_choice` is required but the request has no `tools`")
+        return "required", None
+    fn = value.get("function") if isinstance(value, dict) and value.get("type", "function") == "function" else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise BadRequest("`tool_choice` must be auto, none, required or {type: function, function: {name}}")
+    names = [t.name for t in tools]
+    if fn["name"] not in names:
+        raise BadRequest(f"`tool_choice` names function {fn['name'][:100]!r}, which is not in `tools` "
+                         f"({', '.join(names) or 'none given'})")
+    return "function", fn["name"]
+
+
+def unmet_tool_choice(request: ChatRequest, parsed: ParseResult) -> str | None:
+    """Why the turn `parsed` does not do what `request.tool_choice` asks (None when it does)."""
+    if request.tool_choice not in ("required", "function"):
+        return None
+    calls = parsed.calls if isinstance(parsed, ToolCalls) else []
+    if not calls:
+        return (f"the model wrote a malformed call ({parsed.reason[:200]})" if isinstance(parsed, Malformed)
+                else "the model wrote no tool call")
+    other = next((c.name for c in calls if c.name != request.tool_name), None)
+    if request.tool_choice == "function" and other is not None:
+        return f"the model called {other[:100]!r}, not {request.tool_name!r}"
+    return None
 
 
 # ---- the reply ----------------------------------------------------------------------------------
@@ -273,6 +315,7 @@ def stream_chunks(choices: list[Choice], model: str, prompt_tokens: int, include
 
 
 def error_body(message: str, status: int) -> dict[str, Any]:
-    kinds = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}
+    kinds = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+             422: "unprocessable_entity_error"}
     kind = kinds.get(status, "server_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}
