@@ -92,6 +92,33 @@ def test_bench_bfcl_command_writes_entries_and_summary(tmp_path, capsys):
 
 
 def test_bench_bfcl_unknown_category_is_one_line(capsys):
-    assert main(["bench", "bfcl", "--model", "tiny:1m", "--categories", "simple,multi_turn_base"]) == 2
+    assert main(["bench", "bfcl", "--model", "tiny:1m", "--categories", "simple,multi_turn_nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "multi_turn_base" in err[0] and "not supported yet" in err[0]
+    assert len(err) == 1 and "unknown category 'multi_turn_nope'" in err[0] and "multi_turn_base" in err[0]
+    assert main(["bench", "bfcl", "--model", "tiny:1m", "--categories", "multi_turn", "--prompt-style", "bfcl"]) == 2
+    assert "multi-turn categories run with --prompt-style tools only" in capsys.readouterr().err
+
+
+def test_bench_bfcl_multi_turn_entry_is_scored_by_bfcls_checkers(tmp_path, capsys):
+    # One entry (its prompt is ~9k tokens of the tiny tokenizer): the tiny model answers every user
+    # turn at once, without the calls it needs; BFCL's checker fails it. The ground truth passing
+    # through the same env and engine is tests/envs/test_envs_bfcl_multi_turn_env.py's.
+    from rlfactory.envs.bfcl.multi_turn import load_multi_turn
+
+    row = load_multi_turn("multi_turn_base", 1)[0]
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny:1m"))
+    asked: list[str] = []
+
+    def plan(context: str) -> TurnPlan:
+        asked.append(context.rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>")[0])
+        return TurnPlan(free=0, forced="Done.")
+
+    cfg = bfcl_config("tiny:1m", "qwen3", "tools")
+    report = asyncio.run(run_bfcl(cfg, ["multi_turn_base"], limit=1,
+                                  logits_processor=ScriptedPolicy(tok, plan, tok.convert_tokens_to_ids("<|im_end|>"))))
+    assert asked == [turn[0]["content"] for turn in row["turns"]]  # each user turn, in order
+    (entry,) = report.entries
+    assert entry.id == row["id"] and entry.status == "ok" and not entry.valid
+    assert entry.error_type.startswith("multi_turn:") and entry.turns == [[] for _ in row["turns"]]
+    assert report.categories["multi_turn_base"] == {"accuracy": 0.0, "correct": 0.0, "total": 1.0}
+    assert report.summary == {"multi_turn": 0.0}
