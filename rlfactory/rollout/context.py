@@ -32,7 +32,8 @@ from typing import Any, Awaitable, Callable, Protocol
 from rlfactory.chat.base import Malformed, ParseResult, ToolCalls, ToolManager
 from rlfactory.chat.parsing import split_reasoning
 from rlfactory.chat.vision import VisionToolManager
-from rlfactory.config import RolloutConfig
+from rlfactory.config import ConfigError, RolloutConfig
+from rlfactory.config.base import closest
 from rlfactory.tools.base import ToolResult, ToolSpec
 
 SUMMARY_REQUEST = ("Summarize the conversation so far for yourself: the task, what each tool call returned, "
@@ -96,18 +97,19 @@ def open_history(rollout: RolloutConfig, tm: ToolManager, prompt_ids: list[int],
 
 
 def check_context(rollout: RolloutConfig, tm: ToolManager, tool_names: list[str] | None = None) -> None:
-    """A ValueError naming the key when `rollout.context` cannot run with `tm` (every mode but keep
+    """A ConfigError naming the key when `rollout.context` cannot run with `tm` (every mode but keep
     rewrites text-only histories: a rewritten prompt would hold image pads without their images)
     or `rollout.summary_tool` is not one of `tool_names` (None: not checked)."""
     if rollout.context == "keep":
         return
     if isinstance(tm, VisionToolManager):
-        raise ValueError(f"rollout.context={rollout.context} rewrites text-only histories; the {tm.family!r} "
-                         "tool manager renders images (use rollout.context=keep)")
+        raise ConfigError(f"rollout.context={rollout.context} rewrites text-only histories; the {tm.family!r} "
+                          "tool manager renders images (use rollout.context=keep)")
     if rollout.context == "summarize" and rollout.summary_tool and tool_names is not None \
             and rollout.summary_tool not in tool_names:
-        raise ValueError(f"rollout.summary_tool: no tool named {rollout.summary_tool!r}; the tools are: "
-                         f"{', '.join(tool_names) or 'none'}")
+        near = closest(rollout.summary_tool, tool_names)
+        raise ConfigError(f"rollout.summary_tool: no tool named {rollout.summary_tool!r}"
+                          f"{f' (did you mean {near!r}?)' if near else ''}; the tools are: {', '.join(tool_names) or 'none'}")
 
 
 class SlidingWindow:

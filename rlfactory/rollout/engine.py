@@ -75,7 +75,8 @@ class RolloutEngine:
         self.tokenizer = tokenizer
         if self.tokenizer is None:
             raise ValueError("RolloutEngine needs a tokenizer (pass tokenizer= or give the generator one)")
-        check_context(rollout, tool_manager)
+        check_context(rollout, tool_manager,  # the runner is started by now (a session starts it first)
+                      [s.name for s in runner.specs()] if rollout.summary_tool and runner is not None else None)
 
     def with_generator(self, generator: Generator) -> RolloutEngine:
         """This engine generating with `generator` instead (asynchronous training's copy of the
@@ -101,8 +102,6 @@ class RolloutEngine:
         """
         if seeds is not None and len(seeds) != len(rows):
             raise ValueError(f"RolloutEngine.run: {len(seeds)} seeds for {len(rows)} rows")
-        if self.rollout.summary_tool and self.rollout.context == "summarize":  # the tools are up by now
-            check_context(self.rollout, self.tool_manager, [s.name for s in self.runner.specs()] if self.runner else [])
         lockstep = self.rollout.mode == "lockstep"
         trajs, prompts, conversations = self._start(rows, n)
         schedule: Concurrent | Lockstep = (Lockstep(len(trajs), sequential=self.rollout.lockstep_tools == "sequential")

@@ -13,7 +13,6 @@ import pytest
 from rollout_fakes import one_torch_thread
 from rollout_tiny import scripted_engine, tiny_parts
 
-from rlfactory.config import RolloutConfig
 from rlfactory.rollout.branches import episode_samples
 from rlfactory.rollout.context import SUMMARY_INTRO, SUMMARY_REQUEST
 from rlfactory.rollout.observer import RolloutObserver
@@ -154,11 +153,13 @@ def test_summarize_by_a_tool(tiny):
     assert len(samples) == 3 and [SUMMARY_INTRO + "SUMMARY(1 calls)" in s.segments[0].text for s in samples[1:]] == [True] * 2
 
 
-def test_a_summary_tool_that_is_not_there_is_named():
-    from rlfactory.rollout.context import check_context
+def test_a_summary_tool_that_is_not_there_is_named_when_the_engine_is_built(tiny):
+    from rlfactory.config import ConfigError
 
-    with pytest.raises(ValueError, match=r"rollout.summary_tool: no tool named 'summ'; the tools are: add"):
-        check_context(RolloutConfig(context="summarize", summary_tool="summ"), object(), ["add"])
+    with pytest.raises(ConfigError, match=r"rollout.summary_tool: no tool named 'summarise' \(did you mean "
+                                          r"'summarize'\?\); the tools are: add, summarize"):
+        scripted_engine(tiny, [add, summarize], plan_calls(1), context="summarize", summary_tool="summarise")
+    scripted_engine(tiny, [add], plan_calls(1), context="drop_thinking", summary_tool="summarise")  # not summarising
 
 
 def test_many_trajectories_at_once_keep_their_own_histories(tiny):
