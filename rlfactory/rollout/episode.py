@@ -140,7 +140,8 @@ async def rollout_one(traj: Trajectory, prompt_ids: list[int], setup: Setup, ind
                 return _end(traj, "truncated")
             request = GenRequest(list(context), min(rollout.max_new_tokens, budget), setup.sampling,
                                  setup.stop_token_ids, setup.stop_strings, session,
-                                 None if seed is None else mix_seed(seed, traj.turns), setup.priority)
+                                 None if seed is None else mix_seed(seed, traj.turns), setup.priority,
+                                 images=traj.images() or None)  # a VL generator encodes each new one
             if observer is not None:
                 observer.turn_started(traj, request)
                 in_turn = True

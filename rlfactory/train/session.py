@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Literal, Sequence
 
 from rlfactory.config import GeneratorConfig, ModelConfig, RunConfig
+from rlfactory.chat.vision import PixelSource
 from rlfactory.protocols import Generator
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.generation.local import LocalGenerator
@@ -208,6 +209,7 @@ async def open_rollout(
                 seed=cfg.sampling.seed,
                 logits_processor=logits_processor,
                 cuda_graphs=cfg.rollout.cuda_graphs,
+                pixels=tool_manager if isinstance(tool_manager, PixelSource) else None,  # VL: images in prefill
             )
         engine = RolloutEngine(generator, tool_manager, runner, env, cfg.rollout, cfg.sampling, tokenizer=tokenizer)
         yield RolloutSession(engine, generator, model, tokenizer, tool_manager, runner, env, reward)
