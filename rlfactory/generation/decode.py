@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 import torch
+from torch import nn
 
 from rlfactory.generation.decode_graph import StaticDecode
 from rlfactory.generation.decode_step import DecodeStep
@@ -32,7 +33,7 @@ from rlfactory.generation.vision import VisionPrefill
 class DecodeLoop:
     """State of the running batch. `model()` returns the model to run (read at every forward)."""
 
-    def __init__(self, model: Callable[[], Any], pad_id: int, device: torch.device, rng: torch.Generator,
+    def __init__(self, model: Callable[[], nn.Module], pad_id: int, device: torch.device, rng: torch.Generator,
                  tokenizer: Any = None, logits_processor: Callable | None = None, min_shared_prefix: int = 16,
                  static: StaticDecode | None = None, vision: VisionPrefill | None = None) -> None:
         self.stats: dict[str, float] = {

@@ -6,8 +6,6 @@ host in one copy per step."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from rlfactory.generation.attention_masks import MaskPlan
@@ -57,7 +55,7 @@ class DecodeStep:
             cols = torch.arange(cache.width, device=self.device).unsqueeze(0)
             plan = self.forward.mask_plan()
             if plan is None:
-                mask: Any = (cols <= write.unsqueeze(1)).long()
+                mask: torch.Tensor | dict[str, torch.Tensor] = (cols <= write.unsqueeze(1)).long()
             else:  # left-aligned slots: a key's column is its position
                 mask = plan.build(cols.expand(len(write), -1), cols <= write.unsqueeze(1), write.unsqueeze(1))
             last = torch.tensor(slots.last, dtype=torch.long, device=self.device).unsqueeze(1)

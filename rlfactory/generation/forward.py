@@ -7,9 +7,11 @@ may replace `generator.model` between rollouts.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
+from torch import nn
+from transformers import DynamicCache
 
 from rlfactory.generation.attention_masks import MaskPlan, mask_plan
 from rlfactory.generation.decode_graph import static_mask_plan
@@ -29,7 +31,7 @@ class Forward:
     """`model()` returns the model to run (read at every forward). `logits_processor(requests,
     generated, logits) -> logits` may change the rows' next-token logits before sampling."""
 
-    def __init__(self, model: Callable[[], Any], device: torch.device, rng: torch.Generator,
+    def __init__(self, model: Callable[[], nn.Module], device: torch.device, rng: torch.Generator,
                  logits_processor: Callable | None = None) -> None:
         self.model = model
         self.device = device
@@ -53,8 +55,9 @@ class Forward:
             self._plan = (id(model), plan, static_mask_plan(model, plan))
         return self._plan
 
-    def logits(self, rows: list[Row], input_ids: torch.Tensor, mask: Any, pos: torch.Tensor, cache: Any,
-               keep: torch.Tensor | None = None, pixels: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+    def logits(self, rows: list[Row], input_ids: torch.Tensor, mask: torch.Tensor | dict[str, torch.Tensor],
+               pos: torch.Tensor, cache: DynamicCache, keep: torch.Tensor | None = None,
+               pixels: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """The rows' next-token logits [len(rows), V] after one forward writing into `cache`
         (`pixels`: the images of an image prefill, vision.py; `pos` is then [3, B, q])."""
         model = self.model()

@@ -10,9 +10,10 @@ then.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
+from torch import nn
 
 from rlfactory.generation.kv_cache import RowKV, SlotCache
 from rlfactory.generation.kept import KeptCaches
@@ -21,7 +22,8 @@ from rlfactory.generation.sampling import RowSampling
 
 
 class Slots:
-    def __init__(self, model: Callable[[], Any], pad_id: int, device: torch.device, stats: dict[str, float]) -> None:
+    def __init__(self, model: Callable[[], nn.Module], pad_id: int, device: torch.device,
+                 stats: dict[str, float]) -> None:
         self.model = model
         self.pad_id = pad_id
         self.device = device

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from torch import nn
+
 from rlfactory.generation.rows import Row
 
 
@@ -13,7 +15,7 @@ class StopCheck:
     """`tokenizer`: anything with `decode(ids)` (needed only for stop strings); `model()`: the model
     (its vocabulary size covers ids the tokenizer does not know)."""
 
-    def __init__(self, tokenizer: Any, model: Callable[[], Any], stats: dict[str, float]) -> None:
+    def __init__(self, tokenizer: Any, model: Callable[[], nn.Module], stats: dict[str, float]) -> None:
         self.tokenizer = tokenizer
         self.model = model
         self.stats = stats
