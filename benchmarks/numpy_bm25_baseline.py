@@ -71,13 +71,13 @@ def serve(corpus: str, port: int) -> None:
     import uvicorn
 
     from rlfactory.envs.search.bm25 import load_corpus
-    from rlfactory.envs.search.retriever import build_app
+    from retriever_before import build_app_before
 
     t0 = time.perf_counter()
     docs = load_corpus(corpus)
     index = NumpyBM25Index([d["contents"] for d in docs])
     print(f"built {len(docs)} docs in {time.perf_counter() - t0:.2f} s", file=sys.stderr, flush=True)
-    uvicorn.run(build_app(docs, 3, index), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    uvicorn.run(build_app_before(docs, 3, index), host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

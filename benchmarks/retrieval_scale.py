@@ -11,8 +11,11 @@ build figures printed are the saved ones), so a quiet window is spent on the lat
 Per size: index build time and peak RSS (the `rlfactory index` process; for the baseline, its
 server's start-up, which builds the index), index size on disk, the server's RSS after the queries,
 and top-3 search over HTTP (`POST /retrieve`, one query a request) at 64 concurrent requests:
-p50/p99 latency and queries/s; plus in-process search latency (no HTTP). The client runs on the
-same CPU. 10M passages is projected from the measured growth (linear in N from the two largest
+p50/p99 latency, queries/s and the CPU time a query of the server and of the client (which runs on
+the same CPU, so its CPU is the server's loss); plus in-process search latency (no HTTP). Each is
+measured for this server and for the server before issue 33's latency work (benchmarks/
+retriever_before.py: a thread hand-off a request, no MaxScore pruning) on the same index, with
+ratios; `--clients httpx,aiohttp` repeats the HTTP runs with each load generator. 10M passages is projected from the measured growth (linear in N from the two largest
 sizes). Targets on this 2-core CPU: 1M passages indexed in < 10 min, top-3 p50 < 20 ms, RSS < 3 GB.
 """
 
@@ -23,12 +26,14 @@ import asyncio
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -91,17 +96,37 @@ def disk_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
 
-async def load_test(url: str, queries: list[str], concurrency: int) -> tuple[list[float], float]:
+async def load_test(url: str, queries: list[str], concurrency: int, client: str = "httpx") -> tuple[list[float], float]:
+    """Each query a request (`POST /retrieve`, top 3), `concurrency` in flight; the latencies and the wall
+    time. `client`: httpx (the benchmark's client since it was written) or aiohttp (less CPU a request,
+    which matters here: the client runs on the server's 2 cores)."""
     sem = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=120) as client:
+    if client == "httpx":
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        session: Any = httpx.AsyncClient(limits=limits, timeout=120)
+
+        async def post(body: dict) -> dict:
+            r = await session.post(url + "/retrieve", json=body)
+            r.raise_for_status()
+            return r.json()
+    else:
+        import aiohttp
+
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency),
+                                        timeout=aiohttp.ClientTimeout(total=120))
+
+        async def post(body: dict) -> dict:
+            async with session.post(url + "/retrieve", json=body) as r:
+                r.raise_for_status()
+                return await r.json()
+
+    async with session:
         async def one(q: str) -> None:
             async with sem:
                 t = time.perf_counter()
-                r = await client.post(url + "/retrieve", json={"queries": [q], "topk": 3})
-                r.raise_for_status()
-                assert len(r.json()["result"][0]) == 3
+                answer = await post({"queries": [q], "topk": 3})
+                assert len(answer["result"][0]) == 3
                 latencies.append(time.perf_counter() - t)
 
         await asyncio.gather(*(one(q) for q in queries[:50]))  # warm-up: pages the index in
@@ -109,6 +134,15 @@ async def load_test(url: str, queries: list[str], concurrency: int) -> tuple[lis
         t0 = time.perf_counter()
         await asyncio.gather(*(one(q) for q in queries))
         return latencies, time.perf_counter() - t0
+
+
+def cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) of a process so far; None: this one."""
+    if pid is None:
+        u = resource.getrusage(resource.RUSAGE_SELF)
+        return u.ru_utime + u.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_up(proc: subprocess.Popen, url: str, timeout_s: float) -> None:
@@ -125,7 +159,8 @@ def wait_up(proc: subprocess.Popen, url: str, timeout_s: float) -> None:
     raise RuntimeError("server did not come up")
 
 
-def serve_and_query(cmd: list[str], port: int, queries: list[str], concurrency: int, startup_s: float) -> dict:
+def serve_and_query(cmd: list[str], port: int, queries: list[str], concurrency: int, startup_s: float,
+                    client: str = "httpx") -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -133,15 +168,25 @@ def serve_and_query(cmd: list[str], port: int, queries: list[str], concurrency: 
         wait_up(proc, url, startup_s)
         up_s = time.perf_counter() - t0
         rss_loaded = rss_mb(proc.pid)
-        lat, wall = asyncio.run(load_test(url, queries, concurrency))
+        server0, client0 = cpu_s(proc.pid), cpu_s()
+        lat, wall = asyncio.run(load_test(url, queries, concurrency, client))
+        server1, client1 = cpu_s(proc.pid), cpu_s()
         rss_after = rss_mb(proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     lat_ms = sorted(x * 1000 for x in lat)
+    n = len(queries) + min(50, len(queries))  # with the warm-up
     return {"startup_s": up_s, "rss_loaded_mb": rss_loaded, "rss_mb": rss_after,
             "p50_ms": statistics.median(lat_ms), "p99_ms": lat_ms[int(0.99 * (len(lat_ms) - 1))],
-            "qps": len(lat) / wall}
+            "qps": len(lat) / wall, "server_cpu_ms": (server1 - server0) / n * 1000,
+            "client_cpu_ms": (client1 - client0) / n * 1000}
+
+
+def http_line(name: str, r: dict, concurrency: int, client: str) -> str:
+    return (f"{name}, {client} client: top-3 at {concurrency} concurrent: p50 {r['p50_ms']:.1f} ms, p99 "
+            f"{r['p99_ms']:.1f} ms, {r['qps']:.0f} q/s; CPU a query: server {r['server_cpu_ms']:.2f} ms, client "
+            f"{r['client_cpu_ms']:.2f} ms; server RSS {r['rss_mb']:.0f} MB")
 
 
 def in_process_ms(search, queries: list[str]) -> float:
@@ -156,6 +201,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="100000,1000000")
     ap.add_argument("--baseline-sizes", default="100000,300000")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--before-sizes", default=None, help="sizes at which the server before is run too (default: all)")
+    ap.add_argument("--clients", default="httpx", help="load generators, comma-separated: httpx, aiohttp")
     ap.add_argument("--work", default=None, help="scratch folder (default: a temp folder)")
     ap.add_argument("--prepare-only", action="store_true", help="make the corpora and indexes in --work, then stop")
     ap.add_argument("--reuse", action="store_true", help="use the corpora and indexes already in --work")
@@ -164,7 +211,12 @@ def main() -> int:
         ap.error("--prepare-only and --reuse need --work DIR")
     sizes = [int(s) for s in a.sizes.split(",")]
     base_sizes = {int(s) for s in a.baseline_sizes.split(",") if s}
+    before_sizes = set(sizes) if a.before_sizes is None else {int(s) for s in a.before_sizes.split(",") if s}
+    clients = a.clients.split(",")
+    if not set(clients) <= {"httpx", "aiohttp"}:
+        ap.error(f"--clients: httpx or aiohttp, not {a.clients}")
     work = Path(a.work or tempfile.mkdtemp(prefix="rlf-retrieval-"))
+    work.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {os.getloadavg()}; CPUs: {os.cpu_count()}", flush=True)
     rows: list[dict] = []
     for n in sizes:
@@ -174,6 +226,8 @@ def main() -> int:
                 raise SystemExit(f"--reuse: {saved} is missing; run with --prepare-only first")
             prep = json.loads(saved.read_text())
             queries, build_s, build_rss, gen_s = prep["queries"], prep["build_s"], prep["build_rss_mb"], prep["gen_s"]
+            reused = (f" (corpus and index reused: generation and build figures from {saved}, made at load average "
+                      f"{prep['load_average'][0]:.1f})")
         else:
             t = time.perf_counter()
             queries = make_corpus(corpus, n)
@@ -182,26 +236,43 @@ def main() -> int:
                                                   "--out", str(out), "--no-progress"])
             saved.write_text(json.dumps({"queries": queries, "build_s": build_s, "build_rss_mb": build_rss,
                                          "gen_s": gen_s, "load_average": os.getloadavg()}))
+            reused = ""
         print(f"\n== {n} passages ({corpus.stat().st_size / 2**20:.0f} MB, generated in {gen_s:.0f} s), "
               f"{len(queries)} queries, load average {os.getloadavg()[0]:.1f}"
-              f"{' (corpus and index reused: build figures from ' + str(saved) + ')' if a.reuse else ''}", flush=True)
+              f"{reused}", flush=True)
         if a.prepare_only:
             print(f"prepared {corpus} and {out}: build {build_s:.1f} s (peak RSS {build_rss:.0f} MB)", flush=True)
             continue
+        from retriever_before import UnprunedBM25
+
         from rlfactory.envs.search.index_build import load_index
 
         _, searcher, _ = load_index(out)
         new_inproc = in_process_ms(searcher.search, queries)
+        before_inproc = in_process_ms(UnprunedBM25(searcher).search, queries)
         del searcher
-        port = free_port()
-        new = serve_and_query([sys.executable, "-m", "rlfactory.envs.search.retriever", "--index", str(out),
-                               "--port", str(port)], port, queries, a.concurrency, 600)
         row = {"n": n, "new": {"build_s": build_s, "build_rss_mb": build_rss, "disk_mb": disk_mb(out),
-                               "inproc_ms": new_inproc, **new}}
+                               "inproc_ms": new_inproc}, "http": {}}
         print(f"bm25s (rlfactory index): build {build_s:.1f} s (peak RSS {build_rss:.0f} MB), on disk "
-              f"{row['new']['disk_mb']:.0f} MB; server RSS {new['rss_loaded_mb']:.0f} MB loaded, {new['rss_mb']:.0f} MB "
-              f"after the queries; top-3 at {a.concurrency} concurrent: p50 {new['p50_ms']:.1f} ms, p99 "
-              f"{new['p99_ms']:.1f} ms, {new['qps']:.0f} q/s; in process {new_inproc:.2f} ms/query", flush=True)
+              f"{row['new']['disk_mb']:.0f} MB; in process {new_inproc:.3f} ms/query, before (no pruning) "
+              f"{before_inproc:.3f} ms/query: {new_inproc / before_inproc:.3f}x", flush=True)
+        for client in clients:
+            port = free_port()
+            new = serve_and_query([sys.executable, "-m", "rlfactory.envs.search.retriever", "--index", str(out),
+                                   "--port", str(port)], port, queries, a.concurrency, 600, client)
+            print(http_line("  this server", new, a.concurrency, client) + f" ({new['rss_loaded_mb']:.0f} MB loaded)",
+                  flush=True)
+            if n in before_sizes:
+                port = free_port()
+                before = serve_and_query([sys.executable, str(HERE / "retriever_before.py"), "--index", str(out),
+                                          "--port", str(port)], port, queries, a.concurrency, 600, client)
+                print(http_line("  the server before (a081f0e)", before, a.concurrency, client), flush=True)
+                print(f"  ratios this/before ({client} client): p50 {new['p50_ms'] / before['p50_ms']:.3f}x, p99 "
+                      f"{new['p99_ms'] / before['p99_ms']:.3f}x, q/s {new['qps'] / before['qps']:.2f}x, server CPU a "
+                      f"query {new['server_cpu_ms'] / before['server_cpu_ms']:.3f}x", flush=True)
+            row["http"][client] = new
+            if client == clients[0]:  # the targets and the 10M projection read the first client's run
+                row["new"].update(new)
         if n in base_sizes:
             from numpy_bm25_baseline import NumpyBM25Index
 
@@ -209,18 +280,17 @@ def main() -> int:
 
             port = free_port()
             base = serve_and_query([sys.executable, str(HERE / "numpy_bm25_baseline.py"), str(corpus), str(port)],
-                                   port, queries, a.concurrency, 3600)
+                                   port, queries, a.concurrency, 3600, clients[0])
             index = NumpyBM25Index([d["contents"] for d in load_corpus(corpus)])
             base["inproc_ms"] = in_process_ms(index.search, queries)
             del index
-            row["base"] = base
-            print(f"numpy BM25 (today's): start-up incl. build {base['startup_s']:.1f} s; server RSS "
-                  f"{base['rss_mb']:.0f} MB (corpus and index in memory); top-3 at {a.concurrency} concurrent: p50 "
-                  f"{base['p50_ms']:.1f} ms, p99 {base['p99_ms']:.1f} ms, {base['qps']:.0f} q/s; in process "
-                  f"{base['inproc_ms']:.2f} ms/query", flush=True)
-            print(f"ratios new/today: p50 {new['p50_ms'] / base['p50_ms']:.2f}x, q/s {new['qps'] / base['qps']:.2f}x, "
+            new = row["new"]
+            print(f"numpy BM25 (the index before bm25s, the server before): start-up incl. build {base['startup_s']:.1f} s; "
+                  f"in process {base['inproc_ms']:.2f} ms/query; " + http_line("", base, a.concurrency, clients[0]).lstrip(", "),
+                  flush=True)
+            print(f"ratios new/numpy: p50 {new['p50_ms'] / base['p50_ms']:.3f}x, q/s {new['qps'] / base['qps']:.2f}x, "
                   f"server RSS {new['rss_mb'] / base['rss_mb']:.2f}x, in-process latency "
-                  f"{new_inproc / base['inproc_ms']:.2f}x", flush=True)
+                  f"{new_inproc / base['inproc_ms']:.3f}x", flush=True)
         rows.append(row)
     if not rows:
         return 0

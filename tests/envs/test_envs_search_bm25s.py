@@ -166,6 +166,7 @@ def test_maxscore_pruning_gives_the_full_passes_ranking_to_the_bit():
 
     texts = _zipf_texts(3000)
     index = BM25Index(texts)
+    index.prune_min_docs = 0  # prune at this size too (by default only from 50k docs, where it pays)
     rng = random.Random(1)
     queries = [" ".join(rng.choice(t.split()) for _ in range(4)) for t in rng.sample(texts, 150)]
     queries += ["w0 w1 w2", "w0", "w1 w3 w1999", "w5 w1234"]  # only common terms; a rare one with them

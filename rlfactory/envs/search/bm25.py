@@ -60,6 +60,10 @@ class BM25Index:
     """BM25 over `texts` (a bm25s index: per term, the precomputed scores of the docs holding it,
     as a CSC sparse matrix). `save(folder)` writes it; `BM25Index.load(folder)` maps it back."""
 
+    # Below this many docs a full pass (one bincount) costs less than pruning's dozen small numpy
+    # calls: measured 0.66 vs 0.93 ms a query at 20k generated passages, 1.1 vs 0.35 ms at 100k.
+    prune_min_docs = 50_000
+
     def __init__(self, texts: Iterable[str] | None = None, k1: float = 0.9, b: float = 0.4,
                  progress: Callable[[Iterable[str]], Iterable[str]] | None = None) -> None:
         import bm25s
@@ -117,7 +121,7 @@ class BM25Index:
         indptr = self._csc()[0]
         spans = [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
         if sum(b - a for a, b in spans) * 8 >= self.n_docs:  # long postings
-            hits = self._pruned(ids, spans, k)
+            hits = self._pruned(ids, spans, k) if self.n_docs >= self.prune_min_docs else None
             return hits if hits is not None else self._full(spans, k)
         return self._union(spans, k)
 
