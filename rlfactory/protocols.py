@@ -19,15 +19,27 @@ or NCCL), `rlfactory.distributed.weights.RayWeightSync` (Ray rollout workers, th
 store) and `rlfactory.train.async_pipeline.LocalWeightSync` (the local generator's copy of the
 policy in asynchronous training). Every one logs its time as `WEIGHT_SYNC_SECONDS` and, where it
 moves bytes, their size as `WEIGHT_SYNC_MB`.
+
+`Rollouts` and `Session`: what the training step and evaluation ask of a rollout engine (`run`:
+n trajectories per dataset row) and of an opened rollout session (its engine, generator, policy
+and tokenizer). `rlfactory.train.session.RolloutSession` (in process, also the gateway's agent
+sessions) and `rlfactory.distributed.session.RaySession` (Ray workers) are sessions; what an
+engine or a session may offer besides is again a Protocol: `SwapsGenerator` (`with_generator`),
+`HasWeightSync` (a session that pushes weights its own way).
+
+`Tool` and what a tool may offer besides are in rlfactory/tools/base.py, beside the call and
+result types they speak (the tools package imports only this bottom, so every layer may name
+them); `Env` is in rlfactory/envs/base.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
 
 from rlfactory.config import SamplingConfig
+from rlfactory.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from torch import nn
@@ -182,3 +194,48 @@ class Closeable(Protocol):
 
     def close(self) -> None:
         ...
+
+
+class Rollouts(Protocol):
+    """A rollout engine: `rlfactory.rollout.engine.RolloutEngine` (in process),
+    `rlfactory.distributed.engine.RayRolloutEngine` (on Ray workers) and
+    `rlfactory.train.gateway_agents.AgentEngine` (a user's agent through the gateway)."""
+
+    sampling: SamplingConfig
+    """How it samples; evaluation swaps in a greedy copy for its duration."""
+
+    async def run(self, rows: list[dict[str, Any]], n: int, policy_version: int = 0, *,
+                  seeds: Sequence[int] | None = None, priority: int = 0) -> list[Trajectory]:
+        """`n` trajectories per row, row-major, each group one row's; unscored (`reward` None).
+        `seeds`: one per row (reproducible draws); `priority`: see `GenRequest.priority`."""
+        ...
+
+
+@runtime_checkable
+class SwapsGenerator(Protocol):
+    """An engine that can roll out with another generator, everything else shared (asynchronous
+    training's copy of the policy)."""
+
+    def with_generator(self, generator: Generator) -> Rollouts:
+        ...
+
+
+class Session(Protocol):
+    """An opened rollout session, as the trainer uses it."""
+
+    engine: Rollouts
+    generator: Generator
+    """The session's own generator (reseeded each step, its cache freed before an update)."""
+    model: nn.Module | None
+    """The policy (the learner's copy; None when not loaded)."""
+    tokenizer: PreTrainedTokenizerBase
+    tool_manager: object
+    """The family's ToolManager; the trainer asks only whether it turns images into pixels."""
+
+
+@runtime_checkable
+class HasWeightSync(Protocol):
+    """A session that brings its own way to push weights (Ray rollout workers: the object store);
+    None = the generator's default (generation servers: rlfactory.train.weight_sync)."""
+
+    weight_sync: WeightSync | None

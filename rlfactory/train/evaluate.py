@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from rlfactory.protocols import Rollouts
 from rlfactory.rewards.base import score_all
 from rlfactory.trajectory import Trajectory
 from rlfactory.train.metrics import accuracy_of, trajectory_metrics
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def sampling_override(engine: Any, greedy: bool) -> Iterator[None]:
+def sampling_override(engine: Rollouts, greedy: bool) -> Iterator[None]:
     """Make `engine` sample greedily for the duration (when `greedy`)."""
     old = engine.sampling
     if greedy and old is not None:
@@ -50,7 +51,7 @@ def _question(row: dict[str, Any], index: int) -> dict[str, Any]:
     return out
 
 
-async def evaluate(engine: Any, reward: Reward | None, rows: list[dict[str, Any]], *, n: int = 1, greedy: bool = True,
+async def evaluate(engine: Rollouts, reward: Reward | None, rows: list[dict[str, Any]], *, n: int = 1, greedy: bool = True,
                    policy_version: int = 0) -> dict[str, Any]:
     """Roll out `rows` (n samples each), score, and report.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlfactory.train.session import pad_id_of
 from rlfactory.train.async_pipeline import AsyncPipeline, off_policy_generation
@@ -29,6 +29,7 @@ from rlfactory.train.checkpoint import (
     set_rng_state,
 )
 from rlfactory.config import RunConfig
+from rlfactory.protocols import HasWeightSync, Session
 from rlfactory.train.data import PromptSampler, derive_seed
 from rlfactory.train.evaluate import evaluate
 from rlfactory.train.learner import Learner
@@ -41,6 +42,9 @@ from rlfactory.train.step import Progress, TrainingStep, reseed_generation
 from rlfactory.train.weight_sync import make_weight_sync
 from rlfactory.trajectory import Trajectory
 
+if TYPE_CHECKING:
+    from rlfactory.rewards.base import Reward
+
 
 class Trainer:
     """One run: its learner (the policy, trained in place), its progress and its steps.
@@ -52,23 +56,23 @@ class Trainer:
     checkpoint.
     """
 
-    def __init__(self, cfg: RunConfig, session: Any, reward: Any, train_rows: list[dict], test_rows: list[dict] | None = None,
-                 parallel: Parallel | None = None) -> None:
+    def __init__(self, cfg: RunConfig, session: Session, reward: Reward, train_rows: list[dict],
+                 test_rows: list[dict] | None = None, parallel: Parallel | None = None) -> None:
         self.cfg = cfg
         self.parallel = parallel if parallel is not None else SingleProcess()
         self.session = session
         self.test_rows = test_rows or []
         self.tokenizer = session.tokenizer
-        # A vision-language ToolManager turns trajectories' images into pixels (a session put
-        # together by hand, as tests do, may have no ToolManager: text only).
-        tm = getattr(session, "tool_manager", None)
+        # A vision-language ToolManager turns trajectories' images into pixels.
+        tm = session.tool_manager
         self.learner = Learner(cfg, session.model, pad_id_of(session.tokenizer, session.model), self.parallel,
                                pixels=tm if isinstance(tm, PixelSource) else None)
         self.sampler = PromptSampler(train_rows, cfg.trainer.prompts_per_step, cfg.trainer.seed)
         self.progress = Progress()
         # Generators that do not read the policy in place get its weights pushed after updates:
         # the session's own (Ray rollout workers) or the generation servers' weight sync.
-        weight_sync = getattr(session, "weight_sync", None) or make_weight_sync(cfg, session.generator)
+        own = session.weight_sync if isinstance(session, HasWeightSync) else None
+        weight_sync = own or make_weight_sync(cfg, session.generator)
         self.steps = TrainingStep(cfg, session.engine, session.generator, reward, self.sampler, self.learner,
                                   self.progress, self.parallel, weight_sync)
 

@@ -27,19 +27,18 @@ import logging
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from rlfactory.algos.advantages import dynamic_sampling_filter
 from rlfactory.openmp import release_pool, released
-from rlfactory.rewards.base import score_all
+from rlfactory.rewards.base import Reward, score_all
 from rlfactory.rewards.turns import apply_turn_scores
 from rlfactory.rollout.branches import all_samples
 from rlfactory.rollout.engine import failed_trajectories, group_names
 from rlfactory.train.staleness import fresh_mask
 from rlfactory.config import RunConfig
-from rlfactory.protocols import FreesCache, Generator, Reseedable
+from rlfactory.protocols import FreesCache, Generator, Reseedable, Rollouts, SwapsGenerator, WeightSync
 from rlfactory.train.data import PromptSampler, derive_seed, seed_everything
 from rlfactory.train.learner import Learner
 from rlfactory.train.metrics import trajectory_metrics
@@ -96,16 +95,22 @@ class TrainingStep:
     freed before a synchronous update), `weight_sync` pushes each new version to generators that
     do not read the policy in place (None: the local generator does)."""
 
-    def __init__(self, cfg: RunConfig, engine: Any, generator: Any, reward: Any, sampler: PromptSampler,
-                 learner: Learner, progress: Progress, parallel: Parallel, weight_sync: Any) -> None:
+    def __init__(self, cfg: RunConfig, engine: Rollouts, generator: Generator, reward: Reward, sampler: PromptSampler,
+                 learner: Learner, progress: Progress, parallel: Parallel, weight_sync: WeightSync | None) -> None:
         self.cfg, self.engine, self.generator, self.reward = cfg, engine, generator, reward
         self.sampler, self.learner, self.progress, self.parallel = sampler, learner, progress, parallel
         self.weight_sync = weight_sync
 
-    def generating_with(self, generator: Any, weight_sync: Any) -> TrainingStep:
+    def generating_with(self, generator: Generator, weight_sync: WeightSync | None) -> TrainingStep:
         """These steps with the engine generating with `generator` (the session's, or asynchronous
         training's copy of the policy) and `weight_sync` pushing the versions; the rest shared."""
-        engine = self.engine if generator is self.generator else self.engine.with_generator(generator)
+        if generator is self.generator:
+            engine = self.engine
+        elif isinstance(self.engine, SwapsGenerator):
+            engine = self.engine.with_generator(generator)
+        else:
+            raise TypeError(f"{type(self.engine).__qualname__} cannot roll out with another generator "
+                            "(asynchronous training needs an engine with with_generator)")
         return TrainingStep(self.cfg, engine, self.generator, self.reward, self.sampler, self.learner, self.progress,
                             self.parallel, weight_sync)
 

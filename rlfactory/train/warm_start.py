@@ -15,11 +15,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rlfactory.tools.base import ToolCall
 from rlfactory.trajectory import Trajectory
 from rlfactory.train.sft import demo_calls
+
+if TYPE_CHECKING:
+    from rlfactory.envs.base import Env
+    from rlfactory.protocols import Rollouts
 
 LOW = 0.5
 """A rate under this gets advice."""
@@ -122,7 +126,7 @@ def advice_for(check: WarmStartCheck) -> list[str]:
     return out
 
 
-async def check_warm_start(engine: Any, env: Any, rows: list[dict[str, Any]]) -> WarmStartCheck:
+async def check_warm_start(engine: Rollouts, env: Env, rows: list[dict[str, Any]]) -> WarmStartCheck:
     """Roll `rows` out greedily with `engine` (one sample each) and compare with `env.solve`."""
     from rlfactory.train.evaluate import sampling_override
 

@@ -47,7 +47,7 @@ def _versioned(parts, versions, group, tid, lp):
 def _trainer(tmp_path, trajs, **trainer):
     model = tiny_qwen3()
     session = SimpleNamespace(engine=_FixedEngine(trajs), generator=SimpleNamespace(model=model), model=model,
-                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
+                              tokenizer=SimpleNamespace(pad_token_id=0), tool_manager=None, runner=None, env=None)
     cfg = load_config(RunConfig, run_config(tmp_path, algo={"group_size": 2},
                                             trainer={"prompts_per_step": 2, **trainer}))
     reward = RuleReward({"train_fixtures:first_token_even": 1.0})

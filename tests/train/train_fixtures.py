@@ -99,7 +99,7 @@ def fixed_trainer(tmp_path, engine, reward, rows=({"id": 0}, {"id": 1})):
 
     model = tiny_qwen3()
     session = SimpleNamespace(engine=engine, generator=SimpleNamespace(model=model, pad_id=0), model=model,
-                              tokenizer=SimpleNamespace(pad_token_id=0), runner=None, env=None)
+                              tokenizer=SimpleNamespace(pad_token_id=0), tool_manager=None, runner=None, env=None)
     cfg = load_config(RunConfig, run_config(tmp_path, algo={"group_size": 2}, trainer={"prompts_per_step": len(rows)}))
     return Trainer(cfg, session, reward, train_rows=list(rows))
 
