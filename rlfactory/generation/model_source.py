@@ -106,8 +106,7 @@ def check_model_path(spec: str) -> None:
     converted, and a Hub id that is not in the local Hugging Face cache is asked of the Hub once
     (a few seconds at most) before transformers downloads it."""
     from rlfactory.config import closest, did_you_mean
-    from rlfactory.tiny.cache import parse_tiny_spec
-    from rlfactory.tiny.model import SIZES
+    from rlfactory.tiny.cache import TINY_NAMES, parse_tiny_spec
 
     spec = str(spec)
     if spec.startswith("tiny-vl:"):
@@ -122,7 +121,7 @@ def check_model_path(spec: str) -> None:
         try:
             parse_tiny_spec(spec)
         except ValueError as e:
-            sizes = [f"tiny:{s}" for s in sorted(SIZES)]
+            sizes = [f"tiny:{s}" for s in TINY_NAMES]
             base = ":".join(spec.split(":")[:2])
             if base in sizes:  # the size is right, the seed is not
                 raise ConfigError(f"model.path: {e}") from None
@@ -151,7 +150,7 @@ def check_model_path(spec: str) -> None:
     near = closest(path.name, [p.name for p in parent.iterdir()]) if path.parent == parent and parent.is_dir() else None
     hint = f"; did you mean {str(parent / near)!r}?" if near else ""
     raise ConfigError(f"model.path: {spec!r} does not exist (from {os.getcwd()}){hint}{hub}; give a Hugging Face "
-                      f"folder, a Hub id, a .gguf file, {', '.join('tiny:' + s for s in sorted(SIZES))} or smollm2:135m")
+                      f"folder, a Hub id, a .gguf file, {', '.join('tiny:' + s for s in TINY_NAMES)} or smollm2:135m")
 
 
 def gguf_folder(gguf: Path) -> Path:

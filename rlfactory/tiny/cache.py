@@ -1,4 +1,5 @@
-"""`resolve_model`: turn `tiny:1m` / `tiny:10m` (and `tiny-vl:1m`) into a cached directory, made on first use.
+"""`resolve_model`: turn `tiny:1m` / `tiny:10m` (their copy-pretrained `tiny:1m-copy` / `tiny:10m-copy`,
+rlfactory/tiny/pretrain.py, and `tiny-vl:1m`) into a cached directory, made on first use.
 
 Cache: `$RLFACTORY_CACHE/tiny-<size>-seed<seed>` when RLFACTORY_CACHE is set, else
 `~/.cache/rlfactory/tiny-<size>-seed<seed>`. Concurrent callers (threads, processes) are safe: one
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlfactory.tiny.model import MARKER, RECIPE_VERSION, SIZES, make_tiny_model
+from rlfactory.tiny.pretrain import COPY_SUFFIX, CopyRecipe, is_current_copy, make_copy_model
 from rlfactory.tiny.vl import is_current_vl, make_tiny_vl_model, parse_tiny_vl_spec
 
 _thread_lock = threading.Lock()  # flock is per open file, so also serialise threads of one process
@@ -28,13 +30,18 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "rlfactory"
 
 
+TINY_NAMES = sorted(SIZES) + sorted(s + COPY_SUFFIX for s in SIZES)
+"""What may follow `tiny:`: a size (random weights) or a size with `-copy` (pretrained to copy)."""
+
+
 def parse_tiny_spec(spec: str) -> tuple[str, int] | None:
-    """`tiny:1m` -> ("1m", 0); `tiny:10m:3` -> ("10m", 3); anything not starting `tiny:` -> None."""
+    """`tiny:1m` -> ("1m", 0); `tiny:10m:3` -> ("10m", 3); `tiny:1m-copy` -> ("1m-copy", 0);
+    anything not starting `tiny:` -> None."""
     if not spec.startswith("tiny:"):
         return None
     parts = spec.split(":")
-    if len(parts) not in (2, 3) or parts[1] not in SIZES:
-        raise ValueError(f"bad tiny model spec {spec!r}: use tiny:<size>[:<seed>], size one of {sorted(SIZES)}")
+    if len(parts) not in (2, 3) or parts[1] not in TINY_NAMES:
+        raise ValueError(f"bad tiny model spec {spec!r}: use tiny:<size>[:<seed>], size one of {TINY_NAMES}")
     try:
         seed = int(parts[2]) if len(parts) == 3 else 0
     except ValueError:
@@ -53,8 +60,16 @@ def _is_current(path: Path) -> bool:
         return False
 
 
-def ensure_tiny(size: str, seed: int = 0) -> Path:
-    """The cached tiny model directory for (size, seed), built if missing or from an older recipe."""
+def ensure_tiny(size: str, seed: int = 0, copy_recipe: CopyRecipe | None = None) -> Path:
+    """The cached tiny model directory for (size, seed), built if missing or from an older recipe;
+    a `-copy` size is the plain size's model (built first when missing) after the copy pretraining
+    (`copy_recipe`, default CopyRecipe(); a smaller one for tests)."""
+    if size.endswith(COPY_SUFFIX):
+        plain = size[: -len(COPY_SUFFIX)]
+        base = ensure_tiny(plain, seed)  # first, outside the copy's lock (the thread lock is not re-entrant)
+        recipe = copy_recipe or CopyRecipe()
+        return build_once(tiny_dir(size, seed), lambda out: make_copy_model(out, base, plain, seed, recipe),
+                          is_current_copy)
     return build_once(tiny_dir(size, seed), lambda out: make_tiny_model(out, size=size, seed=seed), _is_current)
 
 

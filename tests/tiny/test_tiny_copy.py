@@ -1,0 +1,85 @@
+"""`tiny:1m-copy`: rlfactory's tiny model pretrained on generic copy text (rlfactory/tiny/pretrain.py),
+made on first use and cached like tiny:1m."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlfactory.tiny import copy_corpus, parse_tiny_spec, resolve_model
+from rlfactory.tiny.cache import ensure_tiny, tiny_dir
+from rlfactory.tiny.model import MARKER
+from rlfactory.tiny.pretrain import CopyRecipe, copied_token_accuracy, make_copy_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SMALL = CopyRecipe(steps=3, batch_size=2, seq_len=64, warmup=1)
+
+
+def test_copy_specs_parse_and_a_misspelt_one_names_the_choices():
+    assert parse_tiny_spec("tiny:1m-copy") == ("1m-copy", 0)
+    assert parse_tiny_spec("tiny:10m-copy:2") == ("10m-copy", 2)
+    with pytest.raises(ValueError, match=r"tiny:1m-cpy.*'1m-copy'"):
+        parse_tiny_spec("tiny:1m-cpy")
+
+
+def test_the_corpus_copies_values_from_the_question_and_the_result_into_the_answer():
+    rng = random.Random(0)
+    for _ in range(200):
+        msgs, tools = copy_corpus.chat_messages(rng)
+        question, call, result, answer = (msgs[-4]["content"], msgs[-3]["tool_calls"][0]["function"],
+                                          msgs[-2]["content"], msgs[-1]["content"])
+        assert call["name"] in {t["function"]["name"] for t in tools}
+        assert list(call["arguments"]) == next(t for t in tools if t["function"]["name"] == call["name"])["function"]["parameters"]["required"]
+        for v in call["arguments"].values():
+            assert str(v) in question, (question, call)
+        assert answer.startswith("<answer>") and answer[8:-9] in result
+    a, b = random.Random(5), random.Random(5)
+    assert [copy_corpus.compact_doc(a) for _ in range(5)] == [copy_corpus.compact_doc(b) for _ in range(5)]
+
+
+def test_built_once_into_the_cache_as_a_standard_folder_then_reused(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLFACTORY_CACHE", str(tmp_path))
+    path = ensure_tiny("1m-copy", 0, copy_recipe=SMALL)
+    assert path == tiny_dir("1m-copy", 0) and (tmp_path / "tiny-1m-seed0").is_dir()  # the base came first
+    marker = json.loads((path / MARKER).read_text())
+    assert marker["recipe"]["steps"] == 3 and marker["tokens"] == 3 * 2 * 64
+    weights = (path / "model.safetensors").stat().st_mtime_ns
+    start = time.monotonic()
+    assert resolve_model("tiny:1m-copy") == str(path)  # cached: not built again
+    assert time.monotonic() - start < 2 and (path / "model.safetensors").stat().st_mtime_ns == weights
+    # a standard Hugging Face folder, with tiny:1m's tokenizer and architecture and other weights
+    base = tmp_path / "tiny-1m-seed0"
+    assert (path / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
+    model, plain = AutoModelForCausalLM.from_pretrained(path), AutoModelForCausalLM.from_pretrained(base)
+    assert model.config.to_dict() | {"_name_or_path": ""} == plain.config.to_dict() | {"_name_or_path": ""}
+    assert not torch.equal(model.model.embed_tokens.weight, plain.model.embed_tokens.weight)
+    assert AutoTokenizer.from_pretrained(path).eos_token == "<|im_end|>"
+
+
+def test_same_seed_same_weights_other_seed_other_weights(tmp_path):
+    from rlfactory.tiny.model import make_tiny_model
+
+    base = make_tiny_model(tmp_path / "base", "1m", 0)
+    one = make_copy_model(tmp_path / "a", base, "1m", 0, SMALL, log=lambda m: None)
+    two = make_copy_model(tmp_path / "b", base, "1m", 0, SMALL, log=lambda m: None)
+    other = make_copy_model(tmp_path / "c", base, "1m", 1, SMALL, log=lambda m: None)
+    assert (one / "model.safetensors").read_bytes() == (two / "model.safetensors").read_bytes()
+    assert (one / "model.safetensors").read_bytes() != (other / "model.safetensors").read_bytes()
+
+
+@pytest.mark.slow
+def test_the_pretraining_teaches_copying_values_into_a_call():
+    """The real recipe (built on first use, minutes on a CPU core; then cached): on held-out generic
+    conversations, the tokens of the call's argument values are predicted from the question."""
+    copy = resolve_model("tiny:1m-copy")
+    base = resolve_model("tiny:1m")
+    tok = AutoTokenizer.from_pretrained(copy)
+    trained = copied_token_accuracy(AutoModelForCausalLM.from_pretrained(copy).eval(), tok, seed=0)
+    untrained = copied_token_accuracy(AutoModelForCausalLM.from_pretrained(base).eval(), tok, seed=0)
+    assert untrained < 0.1 and trained >= 0.5, (untrained, trained)
