@@ -31,7 +31,8 @@ class RolloutObserver:
     turn_started: Callable[[Trajectory, GenRequest], None] = _nothing
     """Before a model turn is generated. `traj.turns` counts the turns before it; `traj.segments[-1]`
     is what the turn continues from (the prompt for the first turn, else the observation just
-    appended); `request.prompt_ids` is the whole context."""
+    appended); `request.prompt_ids` is the whole context (under `rollout.context` other than keep,
+    the rewritten one the model sees: `traj.branches` says where it differs from the segments)."""
     tokens_generated: Callable[[Trajectory, GenResult], None] = _nothing
     """The turn's tokens as sampled (ids, logprobs, text, finish reason), once recorded:
     `traj.segments[-1]` is its model segment and `traj.turns` counts it."""
