@@ -112,6 +112,9 @@ class ServerGenerator:
     async def submit(self, request: GenRequest) -> GenResult:
         if not request.prompt_ids:
             raise ValueError("a generation request needs at least one prompt token")
+        if request.images:  # sending them with token-id prompts is issue 31's later part
+            raise ValueError(f"a request holds {len(request.images)} image(s), which the server backend does not "
+                             "send yet: generate images with generator.backend: local")
         stop_ids = self.stop_token_ids if request.stop_token_ids is None else tuple(request.stop_token_ids)
         stops = self.stop_strings if request.stop_strings is None else tuple(request.stop_strings)
         if request.seed is not None:  # the trajectory's own seed (reproducible whatever else runs)
