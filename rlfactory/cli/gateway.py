@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlfactory.server_process import exit_with_parent
+from rlfactory.cli.model_server import add_model_arguments, logits_processor_factory, start
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,21 +30,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--server", action="append", default=None, metavar="URL",
                    help="generate on this server instead of loading the model here (repeat for several)")
     p.add_argument("--api", default="vllm", choices=["vllm", "sglang"], help="the --server's API (default vllm)")
-    p.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda[:i]")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights dtype")
-    p.add_argument("--seed", type=int, default=None, help="seed of the sampling random generator")
-    p.add_argument("--logits-processor", default=None, metavar="MODULE:FACTORY",
-                   help="as `rlfactory serve --logits-processor` (tests, benchmarks)")
-    p.add_argument("--exit-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
+    add_model_arguments(p, "as `rlfactory serve --logits-processor` (tests, benchmarks)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_new_tokens < 1:
-        print("rlfactory gateway: --max-new-tokens must be >= 1", file=sys.stderr)
+    if not start(args, "gateway", max_new_tokens=args.max_new_tokens):
         return 2
-    if args.exit_with_parent:
-        exit_with_parent(args.exit_with_parent)
     import uvicorn
 
     from rlfactory.train.session import checked_tool_manager, load_tokenizer, pad_id_of
@@ -72,9 +64,7 @@ def run(args: argparse.Namespace) -> int:
                                    device=next(model.parameters()).device, seed=args.seed)
         context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         if args.logits_processor:
-            from rlfactory.cli.serve import _import
-
-            generator.logits_processor = _import(args.logits_processor)(tokenizer)
+            generator.logits_processor = logits_processor_factory(args.logits_processor)(tokenizer)
     gateway = Gateway(generator, tool_manager, tokenizer, model_name=args.model, max_new_tokens=args.max_new_tokens,
                       context=context, open_episodes=args.open_episodes)
     gateway.url = f"http://{args.host}:{args.port}"

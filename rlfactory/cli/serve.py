@@ -5,11 +5,9 @@ SGLang's `/generate` (token ids in and out), with weight updates and a policy ve
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import Any
 
-from rlfactory.server_process import exit_with_parent
+from rlfactory.cli.model_server import add_model_arguments, logits_processor_factory, start
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,26 +21,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "reach the port can replace the weights)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--max-batch", type=int, default=256, help="most sequences decoded in one batch (default 256)")
-    p.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda[:i]")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights dtype")
-    p.add_argument("--seed", type=int, default=None, help="seed of the sampling random generator")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--policy-version", type=int, default=0, help="the version the starting weights count as")
-    p.add_argument("--logits-processor", default=None, metavar="MODULE:FACTORY",
-                   help="FACTORY(tokenizer) returns a local-generator logits processor applied to every turn, e.g. "
-                   "a ScriptedPolicy that makes an untrained model follow a tool-use script (tests, benchmarks); "
-                   "the current folder is importable")
-    p.add_argument("--exit-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
+    add_model_arguments(p, "FACTORY(tokenizer) returns a local-generator logits processor applied to every turn, e.g. "
+                        "a ScriptedPolicy that makes an untrained model follow a tool-use script (tests, benchmarks); "
+                        "the current folder is importable")
     p.set_defaults(func=run)
 
 
-
 def run(args: argparse.Namespace) -> int:
-    if args.max_batch < 1:
-        print("rlfactory serve: --max-batch must be >= 1", file=sys.stderr)
+    if not start(args, "serve", max_batch=args.max_batch):
         return 2
-    if args.exit_with_parent:
-        exit_with_parent(args.exit_with_parent)
     import torch
     import uvicorn
 
@@ -58,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     served = ServedModel(model, tokenizer, name=args.model, pad_id=pad_id_of(tokenizer, model), max_batch=args.max_batch,
                          seed=args.seed, version=args.policy_version)
     if args.logits_processor:
-        served.generator.logits_processor = _import(args.logits_processor)(tokenizer)
+        served.generator.logits_processor = logits_processor_factory(args.logits_processor)(tokenizer)
     print(f"rlfactory serve: {args.model} on http://{args.host}:{args.port} (policy version {served.version}, "
           f"max batch {args.max_batch})", file=sys.stderr, flush=True)
     try:
@@ -67,11 +56,3 @@ def run(args: argparse.Namespace) -> int:
         served.close()
     return 0
 
-
-def _import(spec: str) -> Any:
-    """The logits-processor factory `spec` names (MODULE:FACTORY; MODULE may live in the current folder)."""
-    from rlfactory.imports import import_ref
-
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    return import_ref(spec, "--logits-processor", "function")

@@ -360,3 +360,21 @@ def test_a_reward_term_that_fails_while_scoring_names_the_term_and_the_row(tmp_p
     with pytest.raises(RewardTermError, match=r"reward term 'mistakes/per_call' \(.*test_cli_mistakes.py:\d+\) raised "
                                               r"ZeroDivisionError: float division by zero on row 'q7'$"):
         asyncio.run(reward.score(Trajectory(id="t0", group="g", info={"id": "q7"})))
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["serve", "tiny:1m", "--max-batch", "0"], "rlfactory serve: --max-batch must be >= 1"),
+    (["gateway", "tiny:1m", "--max-new-tokens", "0"], "rlfactory gateway: --max-new-tokens must be >= 1"),
+])
+def test_the_model_servers_refuse_a_count_below_one_in_one_line(argv, line, capsys):
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+
+
+def test_the_model_servers_share_their_model_options(capsys):
+    for command in ("serve", "gateway"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = capsys.readouterr().out
+        assert all(option in out for option in ("--device", "--dtype", "--seed", "--logits-processor")), command
+        assert "--exit-with-parent" not in out
