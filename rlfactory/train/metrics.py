@@ -43,24 +43,26 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     step's batch.
 
     Rewards and accuracy are over scored trajectories only (infra_error ones are not scored).
+    Rewards, accuracy and status/* count an episode of several samples (gateway_record.py,
+    rollout/branches.py) once, through its first sample: its samples share its reward and status.
     """
-    scored = [t for t in trajs if t.reward is not None]
+    # the samples after an episode's first share its reward and status: counted once
+    episodes = [t for t in trajs if t.info.get("sample", 0) == 0]
+    scored = [t for t in episodes if t.reward is not None]
     rewards = [float(t.reward) for t in scored]
     out: dict[str, float] = {"reward/mean": _mean(rewards), "reward/std": _std(rewards)}
     terms = sorted({k for t in scored for k in t.reward_terms})
     for k in terms:
         out[f"reward/{k}"] = _mean([t.reward_terms[k] for t in scored if k in t.reward_terms])
-    out.update(turn_reward_metrics(scored))
+    out.update(turn_reward_metrics([t for t in trajs if t.reward is not None]))  # every sample's own turns
     accs = [a for t in scored if (a := accuracy_of(t)) is not None]
     out["accuracy"] = _mean(accs)
     out["traj/tool_calls"] = _mean([len(t.tool_calls) for t in trajs])
     out["traj/turns"] = _mean([t.turns for t in trajs])
     out["traj/tokens"] = _mean([len(t.input_ids) for t in trajs])
     out["traj/model_tokens"] = _mean([sum(t.loss_mask) for t in trajs])
-    # samples per episode (a gateway episode, or a rollout.context rewrite: rollout/branches.py);
-    # 1.0 when no history was rewritten
-    firsts = [t for t in trajs if t.info.get("sample", 0) == 0]
-    out["traj/samples"] = _mean([float(t.info.get("samples", 1) or 1) for t in firsts])
+    # samples per episode (a gateway episode, or a rollout.context rewrite); 1.0 when no history was rewritten
+    out["traj/samples"] = _mean([float(t.info.get("samples", 1) or 1) for t in episodes])
     tool_status = Counter(c.status for t in trajs for c in t.tool_calls)
     n_calls = sum(tool_status.values())
     out["tools/error_rate"] = (n_calls - tool_status.get("ok", 0)) / n_calls if n_calls else 0.0
@@ -72,7 +74,7 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     out.update(per_tool_metrics(trajs))
     out["time/traj_gen_s"] = _mean([t.metrics.get("gen_s", 0.0) for t in trajs])
     out["time/traj_tool_s"] = _mean([t.metrics.get("tool_s", 0.0) for t in trajs])
-    counts = Counter(t.status for t in trajs)
+    counts = Counter(t.status for t in episodes)
     for s in STATUSES:
         out[f"status/{s}"] = float(counts.get(s, 0))
     return out

@@ -55,6 +55,8 @@ def test_a_grpo_step_trains_the_samples_of_a_sliding_window(tmp_path):
 
     metrics, trajs = asyncio.run(main())
     assert len(trajs) == 8 and metrics["traj/samples"] == 2.0 and metrics["batch/kept"] == 8
+    assert metrics["status/ok"] == 4  # episodes, not samples
+    assert metrics["reward/numeric"] == 1.0 and metrics["accuracy"] == 1.0
     by_episode: dict[str, list] = {}
     for t in trajs:
         by_episode.setdefault(t.info["episode"], []).append(t)
