@@ -304,7 +304,8 @@ def main() -> int:
     print(f"\ntargets at {rows[-1]['n']}: indexed in < 10 min: {'PASS' if big['build_s'] < 600 else 'FAIL'} "
           f"({big['build_s'] / 60:.1f} min); p50 < 20 ms: {'PASS' if big['p50_ms'] < 20 else 'FAIL'} "
           f"({big['p50_ms']:.1f} ms); RSS < 3 GB: {'PASS' if max(big['rss_mb'], big['build_rss_mb']) < 3072 else 'FAIL'} "
-          f"(server {big['rss_mb']:.0f} MB, build {big['build_rss_mb']:.0f} MB)")
+          f"(server {big['rss_mb']:.0f} MB, build {big['build_rss_mb']:.0f} MB)"
+          + (" [build figures from the --prepare-only run, at its load]" if a.reuse else ""))
     print(f"load average at end: {os.getloadavg()}")
     return 0
 
