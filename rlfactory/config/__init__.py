@@ -30,6 +30,7 @@ from rlfactory.config.base import (
     Section,
     apply_overrides,
     closest,
+    config_problems,
     did_you_mean,
     dump_config,
     format_validation_error,
@@ -76,6 +77,6 @@ _SECTIONS = {
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _SECTIONS, globals(), eager=[
-    "ConfigError", "ConfigPath", "ExistingFile", "Section", "apply_overrides", "closest", "did_you_mean",
-    "dump_config", "format_validation_error", "load_config", "read_yaml", "validate",
+    "ConfigError", "ConfigPath", "ExistingFile", "Section", "apply_overrides", "closest", "config_problems",
+    "did_you_mean", "dump_config", "format_validation_error", "load_config", "read_yaml", "validate",
 ])

@@ -14,7 +14,7 @@ import difflib
 import os
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Iterable, TypeVar
+from typing import Annotated, Any, Iterable, NamedTuple, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, ValidationInfo
@@ -155,8 +155,17 @@ def _keys_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
     return [name for m in models for name in m.model_fields]
 
 
-def format_validation_error(err: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
-    lines = [f"invalid config in {source}:"]
+class ConfigProblem(NamedTuple):
+    """One error of a config: its dotted key and a one-line message."""
+
+    key: str
+    message: str
+
+
+def config_problems(err: ValidationError, model: type[BaseModel] | None = None) -> list[ConfigProblem]:
+    """The errors of `err`, one per key. With `model` (the validated class), an unknown key gets the
+    closest key its section accepts as a suggestion."""
+    problems = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
@@ -167,8 +176,12 @@ def format_validation_error(err: ValidationError, source: str, model: type[BaseM
             msg = e["msg"]
             if "input" in e and e["type"] not in ("value_error",):
                 msg += f" (got {e['input']!r})"
-        lines.append(f"  {key}: {msg}")
-    return "\n".join(lines)
+        problems.append(ConfigProblem(key, msg))
+    return problems
+
+
+def format_validation_error(err: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
+    return "\n".join([f"invalid config in {source}:", *(f"  {key}: {msg}" for key, msg in config_problems(err, model))])
 
 
 def validate(model: type[M], data: dict[str, Any], source: str = "<config>", base_dir: str | None = None) -> M:

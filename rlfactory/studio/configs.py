@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
-from rlfactory.config import ConfigError, apply_overrides, dump_config
+from rlfactory.config import ConfigError, apply_overrides, config_problems, dump_config
 
 if TYPE_CHECKING:
     from rlfactory.config import RunConfig
@@ -102,17 +102,7 @@ def check_config(text: str, overrides: list[str], base_dir: str | Path | None) -
     try:
         cfg = RunConfig.model_validate(data, context={"base_dir": str(base_dir) if base_dir else None})
     except ValidationError as err:
-        for e in err.errors():
-            key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-            if e["type"] == "extra_forbidden":
-                msg = "unknown key"
-            elif e["type"] == "missing":
-                msg = "required key is missing"
-            else:
-                msg = e["msg"]
-                if "input" in e and e["type"] not in ("value_error",):
-                    msg += f" (got {e['input']!r})"
-            issues.append(ConfigIssue(key, msg, _line_of(key, lines)))
+        issues += [ConfigIssue(key, msg, _line_of(key, lines)) for key, msg in config_problems(err)]
         return CheckedConfig(None, issues)
     return CheckedConfig(cfg, [])
 
