@@ -166,3 +166,23 @@ def test_many_trajectories_at_once_keep_their_own_histories(tiny):
     trajs, prompts = rollout(tiny, plan_calls(3, think_on={1, 3}), rows=4, context="drop_thinking")
     for t in trajs:
         assert t.status == "ok" and len(check_samples(t, prompts)) == 3  # turns 1 and 3 thought
+
+
+def broken_summarize(text: str) -> str:
+    """Summarize a conversation (and fail).
+
+    Args:
+        text: the conversation
+    """
+    raise RuntimeError("summarizer offline")
+
+
+broken_summarize.__name__ = "summarize"  # offered under the summary tool's name
+
+
+def test_a_failing_summary_tool_ends_its_trajectory_with_the_reason(tiny):
+    [t], _ = rollout(tiny, plan_calls(3), tools=(add, broken_summarize), context="summarize", summarize_at=400,
+                     summary_tool="summarize")
+    assert t.status == "infra_error" and t.turns == 2
+    assert t.error.startswith("rollout.context=summarize: RuntimeError: the summary tool 'summarize' failed (error)")
+    assert "summarizer offline" in t.error
