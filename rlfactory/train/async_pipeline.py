@@ -42,15 +42,19 @@ import threading
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import torch
 from torch import nn
 
 from rlfactory.openmp import release_pool
+from rlfactory.protocols import Generator, WeightSync
 from rlfactory.generation.local import LocalGenerator
 from rlfactory.generation.versioned import VersionedGenerator
 from rlfactory.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from rlfactory.train.step import StepRollout
 
 
 @dataclass(frozen=True)
@@ -192,10 +196,10 @@ class LocalWeightSync:
 class OffPolicyGeneration:
     """How generation runs beside the learner in asynchronous training (`off_policy_generation`)."""
 
-    generator: Any
+    generator: Generator
     """What the engine generates with: the session's, or (local generator) a VersionedGenerator
     on a copy of the policy."""
-    weight_sync: Any
+    weight_sync: WeightSync | None
     """Gives the generators each new version: the session's, or a LocalWeightSync (None: none needed)."""
     learner_threads: int
     """The learner's torch threads."""
@@ -208,8 +212,8 @@ class OffPolicyGeneration:
     """Switches the learner's threads while the generator generates (CPU only)."""
 
 
-def off_policy_generation(generator: Any, weight_sync: Any, policy: nn.Module, version: int, max_staleness: int,
-                          world_size: int = 1, learner_threads: int | None = None,
+def off_policy_generation(generator: Generator, weight_sync: WeightSync | None, policy: nn.Module, version: int,
+                          max_staleness: int, world_size: int = 1, learner_threads: int | None = None,
                           generator_threads: int | None = None) -> OffPolicyGeneration:
     """Set up generation for `max_staleness` (k): k = 0 changes nothing; k >= 1 with the local
     generator has it sample from a copy of the policy (LocalWeightSync, see the module doc) and,
@@ -240,8 +244,9 @@ class AsyncPipeline:
     `off_policy_generation` set up. `step(s)` returns what `learn` does, plus async/* metrics.
     max_staleness 0 is the synchronous loop: each step rolls out, then learns on the event loop."""
 
-    def __init__(self, roll_out: Callable[[int, bool], Awaitable[Any]],
-                 learn: Callable[[int, Any, Executor | None], Awaitable[tuple[dict[str, float], list[Trajectory]]]],
+    def __init__(self, roll_out: Callable[[int, bool], Awaitable[StepRollout]],
+                 learn: Callable[[int, StepRollout, Executor | None],
+                                 Awaitable[tuple[dict[str, float], list[Trajectory]]]],
                  steps: int, max_staleness: int, generation: OffPolicyGeneration, policy: nn.Module,
                  version: Callable[[], int]) -> None:
         self.roll_out, self.learn, self.steps, self.k = roll_out, learn, steps, int(max_staleness)
