@@ -12,13 +12,21 @@ that runner (with their limits, timeouts and cache); an agent cannot call itself
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence, runtime_checkable
 
 from rlfactory.tools.base import ERROR, UNKNOWN_TOOL, ToolCall, ToolResult, ToolSpec
 from rlfactory.tools.function import result_from_value
 
 ModelFn = Callable[[Any], Awaitable[str]]
 """A model as an async function: prompt (str or chat messages) -> answer text."""
+
+
+@runtime_checkable
+class Completes(Protocol):
+    """A model object whose `complete` is a ModelFn (ModelTool)."""
+
+    async def complete(self, prompt: Any) -> str:
+        ...
 
 Workflow = Callable[[dict[str, Any], "ToolHandle", "ModelFn | None"], Awaitable[Any]]
 
@@ -61,7 +69,7 @@ class AgentTool:
         workflow: Workflow,
         parameters: dict[str, Any] | None = None,
         *,
-        model: Any = None,
+        model: Completes | ModelFn | None = None,
         tools: Sequence[str] | None = None,
         timeout_s: float | None = None,
         cache: bool | None = False,
@@ -71,7 +79,7 @@ class AgentTool:
         self.description = description
         self.parameters = parameters or dict(_DEFAULT_PARAMETERS)
         self.workflow = workflow
-        self.model_fn: ModelFn | None = getattr(model, "complete", model)
+        self.model_fn: ModelFn | None = model.complete if isinstance(model, Completes) else model
         self.allowed_tools = list(tools) if tools is not None else None
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency

@@ -122,7 +122,7 @@ def _has_other_servers(runner: ToolRunner, tools: ToolsConfig) -> bool:
     """Whether the runner serves MCP servers that `tools.mcp` does not define (the env's)."""
     from rlfactory.tools.mcp_config import load_mcp_config
 
-    return bool(set(getattr(runner, "connections", {}) or {}) - set(load_mcp_config(tools.mcp)))
+    return bool(set(runner.connections) - set(load_mcp_config(tools.mcp)))
 
 
 def renamed_tools(runner: ToolRunner, qualify_names: bool = False) -> str | None:
