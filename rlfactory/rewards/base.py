@@ -9,7 +9,7 @@ baseline and out of the loss.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from rlfactory.trajectory import Trajectory
 
@@ -27,6 +27,21 @@ class Reward(Protocol):
     async def score(self, trajectory: Trajectory) -> RewardScore:
         """The reward of `trajectory` (never an `infra_error` one: see `is_scorable`)."""
         ...
+
+
+@runtime_checkable
+class ReadsAnswers(Protocol):
+    """A reward that finds the model's final answer in a trajectory (RuleReward): evaluation reports
+    the answer the way the reward reads it."""
+
+    answer_extractor: Callable[[Trajectory], str | None]
+
+
+@runtime_checkable
+class HasParts(Protocol):
+    """A reward made of weighted parts (ComposedReward), by name."""
+
+    parts: Mapping[str, tuple[Reward, float]]
 
 
 # --- added with the reward implementations (backward compatible) --------------------------------

@@ -6,7 +6,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from rlfactory.protocols import Rollouts
-from rlfactory.rewards.base import score_all
+from rlfactory.rewards.base import HasParts, ReadsAnswers, score_all
 from rlfactory.trajectory import Trajectory
 from rlfactory.train.metrics import accuracy_of, trajectory_metrics
 
@@ -28,17 +28,17 @@ def sampling_override(engine: Rollouts, greedy: bool) -> Iterator[None]:
 
 
 def answer_extractor_of(reward: Reward | None) -> Callable[[Trajectory], str | None]:
-    """How `reward` reads the final answer (a rule or judge part's extractor, also inside a composed
-    reward); Search-R1's last `<answer>...</answer>` otherwise."""
+    """How `reward` reads the final answer (a rule part's extractor, also inside a composed reward);
+    Search-R1's last `<answer>...</answer>` otherwise."""
     from rlfactory.rewards.text import tagged_answer
 
     parts = [reward]
     while parts:
         part = parts.pop(0)
-        extractor = getattr(part, "answer_extractor", None)
-        if callable(extractor):
-            return extractor
-        parts += [r for r, _ in getattr(part, "parts", {}).values()]
+        if isinstance(part, ReadsAnswers) and callable(part.answer_extractor):
+            return part.answer_extractor
+        if isinstance(part, HasParts):
+            parts += [r for r, _ in part.parts.values()]
     return tagged_answer("answer")
 
 
