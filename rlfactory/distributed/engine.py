@@ -15,12 +15,16 @@ replacement, up to `ray.shard_retries` times; after that the shard's trajectorie
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rlfactory.distributed.cluster import actor_died_errors
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.rollout.engine import group_names
 from rlfactory.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from rlfactory.distributed.workers import WorkerSet
+    from rlfactory.envs.base import Env
 
 
 def split_rows(rows: int, workers: int) -> list[tuple[int, int]]:
@@ -39,7 +43,7 @@ class RayRolloutEngine:
     """Rolls out on `workers` (a WorkerSet); same `run` contract as RolloutEngine. `env` (the
     driver's) gives the `info` of trajectories that could not be rolled out."""
 
-    def __init__(self, workers: Any, rollout: RolloutConfig, sampling: SamplingConfig, env: Any,
+    def __init__(self, workers: WorkerSet, rollout: RolloutConfig, sampling: SamplingConfig, env: Env,
                  shard_retries: int = 1) -> None:
         self.workers = workers
         self.rollout = rollout
@@ -86,6 +90,5 @@ class RayRolloutEngine:
         return [self._lost(row, group, k, reason) for row, group in zip(rows, groups) for k in range(n)]
 
     def _lost(self, row: dict[str, Any], group: str, k: int, reason: str) -> Trajectory:
-        info = self.env.info(row) if hasattr(self.env, "info") else dict(row)
-        return Trajectory(id=f"{group}-{k}", group=group, info=dict(info), status="infra_error",
+        return Trajectory(id=f"{group}-{k}", group=group, info=dict(self.env.info(row)), status="infra_error",
                           error=f"{reason}; not re-run (ray.shard_retries={self.shard_retries})")
