@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from rlfactory.chat.base import ToolManager
 from rlfactory.chat.vision import Rendered, render_prompt
-from rlfactory.envs.base import Env, missing_members
+from rlfactory.envs.base import Env, require_members
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.chat.parsing import split_reasoning
 from rlfactory.rollout.context import SUMMARY_REQUEST, Conversation, Summarizer, check_context, conversation_text
@@ -60,10 +60,7 @@ class RolloutEngine:
             from rlfactory.rollout.prompt_env import PromptEnv
 
             env = PromptEnv()
-        missing = missing_members(env)
-        if missing:
-            raise TypeError(f"env {type(env).__qualname__} does not implement {', '.join(missing)} "
-                            "(subclass rlfactory.envs.Env to inherit the defaults)")
+        require_members(env)
         self.generator = generator
         self.tool_manager = tool_manager
         self.runner = runner
