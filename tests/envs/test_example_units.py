@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from rlfactory.cli.main import main
+from rlfactory.tiny.cache import ensure_tiny
+from rlfactory.tiny.pretrain import CopyRecipe
 from rlfactory.trajectory import read_jsonl
 
 UNITS = Path(__file__).resolve().parents[2] / "examples" / "units"
@@ -65,7 +67,9 @@ def test_the_solver_replayed_through_the_real_server_earns_the_whole_reward(unit
     from rlfactory.tools.base import ToolCall
     from rlfactory.train.evaluate import evaluate
 
-    cfg = load_run_config(CONFIG, ["rollout.max_new_tokens=64"])
+    # the scripted policy writes every token, so the weights do not matter: tiny:1m, the same
+    # tokenizer as units.yaml's tiny:1m-copy, without its first-use pretraining
+    cfg = load_run_config(CONFIG, ["rollout.max_new_tokens=64", "model.path=tiny:1m"])
 
     async def go():
         async with open_rollout(cfg) as session:
@@ -127,6 +131,9 @@ def test_the_guide_commands_of_the_readme_run_as_printed(tmp_path, capsys, monke
     steps = yaml.safe_load(Path(CONFIG).read_text())["trainer"]["steps"]
     assert f"step_{steps:06d}" in " ".join(commands[6])  # the checkpoint that units.yaml's trainer.steps writes
     monkeypatch.chdir(tmp_path)
+    # units.yaml's tiny:1m-copy, made here by a few steps of its recipe (the real one takes minutes)
+    monkeypatch.setenv("RLFACTORY_CACHE", str(tmp_path / "cache"))
+    ensure_tiny("1m-copy", 0, copy_recipe=CopyRecipe(steps=2, batch_size=1, seq_len=32, warmup=1))
     small = {"rollout": ["rollout.max_new_tokens=12"],
              "eval": ["--limit", "2", "rollout.max_new_tokens=12"],
              "sft": ["sft.steps=2", "sft.full_text_steps=1", "sft.demos=4", "sft.batch_size=2", "sft.check_rows=2",
