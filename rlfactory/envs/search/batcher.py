@@ -29,6 +29,7 @@ class MicroBatcher(Generic[T, R]):
         self.fn, self.max_batch = fn, max_batch
         self._pending: list[tuple[T, asyncio.Future[R]]] = []
         self._running = False
+        self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=name) if thread else None
         self.batches = self.submitted = 0  # hand-offs and requests so far (for tests and logs)
 
@@ -44,7 +45,9 @@ class MicroBatcher(Generic[T, R]):
         self.submitted += 1
         if not self._running:
             self._running = True
-            loop.create_task(self._drain())  # runs after this loop pass: the pass's other requests join it
+            # runs after this loop pass, so the pass's other requests join it; held, as the loop
+            # keeps only a weak reference to a task
+            self._task = loop.create_task(self._drain())
         return await future
 
     def _run_each(self, items: list[T]) -> list[R | Exception]:
