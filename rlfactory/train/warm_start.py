@@ -117,9 +117,9 @@ def advice_for(check: WarmStartCheck) -> list[str]:
                    "sft.steps, or a bigger model (tiny:10m, smollm2:135m)")
     elif check.demo_calls and check.matched_calls < LOW:
         out.append(f"it picks the right tools ({check.matched_names:.0%}) but copies their arguments only "
-                   f"{check.matched_calls:.0%} of the time: a full-text warm start (sft.full_text_steps, e.g. half "
-                   "of sft.steps) teaches a model trained from scratch to read and copy; a bigger model "
-                   "(tiny:10m, smollm2:135m) copies better")
+                   f"{check.matched_calls:.0%} of the time: start from a model that already copies (model.path: "
+                   "tiny:1m-copy, tiny:1m pretrained on generic copy text; or smollm2:135m), or try a full-text "
+                   "warm start (sft.full_text_steps)")
     if check.model_calls and check.call_success < LOW:
         out.append(f"only {check.call_success:.0%} of its tool calls succeed; the most common error: "
                    f"{check.top_error!r}")
