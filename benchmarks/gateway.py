@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,6 +29,45 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "gateway"))
 sys.path.insert(0, str(ROOT / "tests"))
+
+
+@dataclass
+class Diag:
+    """Where a round's time went: the generator's counters and each thread's CPU seconds."""
+
+    steps: int
+    """decode steps (one forward over the running batch each)"""
+    prefills: int
+    """prefill forwards"""
+    requests: int
+    decode_tokens: int
+    """tokens sampled by decode steps (the first token of each turn comes from its prefill)"""
+    busy_s: float
+    """seconds the generation thread spent in steps"""
+    gen_cpu_s: float
+    """CPU seconds of the generation thread"""
+    loop_cpu_s: float
+    """CPU seconds of the event loop thread (engine or agents + HTTP + gateway, and tools)"""
+
+    @property
+    def mean_batch(self) -> float:
+        return self.decode_tokens / self.steps if self.steps else 0.0
+
+
+def thread_cpu(prefix: str) -> float:
+    """CPU seconds (user + system) of the live thread whose name starts with `prefix` (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for t in threading.enumerate():
+        if t.name.startswith(prefix) and t.native_id is not None:
+            fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / tick
+    return 0.0
+
+
+def diag(gen, loop_cpu_s: float, requests: int) -> Diag:
+    s = gen.stats
+    return Diag(int(s["steps"]), int(s["prefills"]), requests, int(s["tokens"]) - requests, float(s["busy_s"]),
+                thread_cpu("rlfactory-gen"), loop_cpu_s)
 
 
 def add(a: int, b: int) -> str:
@@ -51,13 +93,15 @@ async def native(model, tok, rows):
     engine = RolloutEngine(gen, tool_manager(tok), runner, PromptEnv(system="You add numbers with the add tool."),
                            RolloutConfig(max_new_tokens=64, max_total_tokens=2048, max_turns=4),
                            SamplingConfig(temperature=1.0))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     trajs = await engine.run(rows, 1)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+    calls = sum(t.turns for t in trajs)
+    d = diag(gen, cpu, calls)
     await runner.aclose()
     gen.close()
     assert all(t.status == "ok" and t.turns == 2 for t in trajs), [(t.status, t.error) for t in trajs]
-    return wall, sum(t.turns for t in trajs), None
+    return wall, calls, None, d
 
 
 async def gateway(model, tok, rows):
@@ -68,13 +112,15 @@ async def gateway(model, tok, rows):
 
     async with serving(model, tok) as gw:
         engine = AgentEngine(gw, openai_agent.agent, openai_agent.reward, timeout_s=600)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         trajs = await engine.run(rows, 1)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+        d = diag(gw.generator, cpu, gw.stats.calls)
+        await engine.aclose()
         bad = [(t.status, t.error) for t in trajs if not (t.status == "ok" and t.reward == 1.0 and t.turns == 2)]
         assert not bad, bad
         stats = gw.stats.as_dict(0)
-        return wall, gw.stats.calls, (stats["overhead_ms_per_call"], stats["cpu_ms_per_call"])
+        return wall, gw.stats.calls, (stats["overhead_ms_per_call"], stats["cpu_ms_per_call"]), d
 
 
 def main() -> None:
@@ -94,10 +140,12 @@ def main() -> None:
     asyncio.run(gateway(model, tok, rows[:2]))
     walls: dict[str, list[float]] = {"native": [], "gateway": []}
     overheads, cpus = [], []
+    diags: dict[str, list[Diag]] = {"native": [], "gateway": []}
     for r in range(args.rounds):
         for name, fn in (("native", native), ("gateway", gateway)):
-            wall, calls, cost = asyncio.run(fn(model, tok, rows))
+            wall, calls, cost, d = asyncio.run(fn(model, tok, rows))
             walls[name].append(wall)
+            diags[name].append(d)
             extra = ""
             if cost is not None:
                 overheads.append(cost[0])
@@ -105,11 +153,20 @@ def main() -> None:
                 extra = f"  gateway per call: {cost[0]:.3f} ms wall, {cost[1]:.3f} ms CPU"
             print(f"round {r + 1} {name:8s} {wall:6.2f} s  {args.rows / wall:6.2f} traj/s  ({calls} model calls)"
                   + extra, flush=True)
+            print(f"        {d.steps} decode steps, mean batch {d.mean_batch:.1f}, {d.prefills} prefills; "
+                  f"generator busy {d.busy_s:.2f} s; CPU s: generation thread {d.gen_cpu_s:.2f}, "
+                  f"event loop thread {d.loop_cpu_s:.2f}", flush=True)
     n, g = statistics.median(walls["native"]), statistics.median(walls["gateway"])
     print(f"\nmedians over {args.rounds} rounds, {args.rows} trajectories each, tiny:1m, 1 torch thread:")
     print(f"  native env        {n:6.2f} s  {args.rows / n:6.2f} traj/s")
     print(f"  gateway (OpenAI)  {g:6.2f} s  {args.rows / g:6.2f} traj/s")
     print(f"  gateway / native wall time: {g / n:.2f}x (target <= 1.3x)")
+    for name in ("native", "gateway"):
+        ds = diags[name]
+        med = lambda f: statistics.median(f(d) for d in ds)  # noqa: E731
+        print(f"  {name:8s} decode steps {med(lambda d: d.steps):.0f}, mean batch {med(lambda d: d.mean_batch):.1f}, "
+              f"prefills {med(lambda d: d.prefills):.0f}, generator busy {med(lambda d: d.busy_s):.2f} s, "
+              f"CPU s: generation thread {med(lambda d: d.gen_cpu_s):.2f}, event loop {med(lambda d: d.loop_cpu_s):.2f}")
     print(f"  gateway overhead per call (median of rounds): {statistics.median(overheads):.3f} ms wall "
           f"(target < 2 ms), {statistics.median(cpus):.3f} ms CPU")
 

@@ -213,3 +213,31 @@ def test_a_sync_agent_runs_in_a_worker_thread(tiny):
 
     a, b = asyncio.run(main())
     assert (a.id, b.id) == ("x-0", "x-1") and a.reward == b.reward == 1.0 and a.turns == b.turns == 2
+
+
+def test_each_episode_has_its_own_connection_pool_closed_when_it_ends(tiny):
+    """One pool shared by all episodes made httpcore match every call against every connection
+    (~1 ms of event-loop CPU per call at 32 episodes, benchmarks/gateway.py); a pool per episode
+    must still be closed by the engine even when the agent never closes its client."""
+    import openai_agent
+
+    model, tok = tiny
+    seen = {}
+
+    async def agent(row, client):
+        oa = client.openai(max_retries=0)  # never closed by this agent
+        answer, _ = await openai_agent.run_agent(oa, client.model, row["question"])
+        seen[row["id"]] = (client.transport, len(client.transport._pool.connections))  # httpcore's pool
+        return openai_agent.reward(row, answer)
+
+    rows = [{"id": f"r{i}", "question": f"Add {i} and 1.", "answer": i + 1} for i in range(3)]
+
+    async def main():
+        async with serving(model, tok) as gw:
+            return await AgentEngine(gw, agent).run(rows, 1)
+
+    trajs = asyncio.run(main())
+    assert [t.reward for t in trajs] == [1.0, 1.0, 1.0]
+    pools = [pool for pool, _ in seen.values()]
+    assert len({id(p) for p in pools}) == 3 and all(open_ == 1 for _, open_ in seen.values())
+    assert all(p._pool.connections == [] for p in pools)  # closed with their episodes
