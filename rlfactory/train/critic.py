@@ -20,7 +20,7 @@ class Critic(nn.Module):
         self.body = copy.deepcopy(base.base_model)  # the decoder stack without the LM head
         for p in self.body.parameters():
             p.requires_grad_(True)
-        hidden = base.config.hidden_size
+        hidden = base.config.get_text_config().hidden_size  # a vision-language config nests it
         self.head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)

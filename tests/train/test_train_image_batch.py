@@ -143,3 +143,23 @@ def test_the_learner_trains_on_image_trajectories(vl, tmp_path):
         got = torch.tensor([x for s in t.segments if s.role == "model" for x in s.trainer_logprobs])
         torch.testing.assert_close(got, w, atol=2e-5, rtol=1e-4)
     assert any(not torch.equal(a, p) for a, p in zip(before, model.model.visual.parameters()))
+
+
+def test_the_critic_sees_the_pixels_too(vl):
+    from rlfactory.train.critic import Critic
+
+    model, tm, _ = vl
+    critic = Critic(model)
+    torch.nn.init.normal_(critic.head.weight)  # a zero head gives 0 whatever it sees
+    trajs = mixed_batch(tm)[:2]
+    other = mixed_batch(tm)[:2]
+    other[0].segments[2].images = [picture(24, 40, (0, 255, 255)), picture(16, 16, (255, 0, 255))]
+    with torch.no_grad():
+        a = critic.values(collate(trajs, pad_id=0, pixels=tm), None)
+        b = critic.values(collate(other, pad_id=0, pixels=tm), None)
+    plen = len(trajs[0].segments[0].token_ids)
+    first_pad = trajs[0].input_ids.index(tm.pad_id, plen) - plen  # completion column of the changed picture
+    obs_end = sum(len(s.token_ids) for s in trajs[0].segments[:3]) - plen
+    torch.testing.assert_close(a[0, : first_pad + 1], b[0, : first_pad + 1])  # states before it
+    torch.testing.assert_close(a[1], b[1])
+    assert not torch.allclose(a[0, obs_end:], b[0, obs_end:])
