@@ -3,8 +3,10 @@
 Task: "Add A and B." with an `add` tool: one tool call, then the answer (ScriptedPolicy makes the
 untrained model write them, so both paths sample the same number of tokens per turn).
   native   RolloutEngine + PromptEnv + a function tool `add` (ToolRunner)
-  gateway  AgentEngine running examples/gateway/openai_agent.py (OpenAI SDK, AsyncOpenAI over HTTP
-           to the in-process gateway), the agent running `add` itself
+  gateway  AgentEngine running examples/gateway/openai_agent.py (OpenAI SDK, AsyncOpenAI on the
+           transport `client.openai()` gives: the gateway's app called in process), the agent
+           running `add` itself
+  gw-tcp   the same over loopback TCP (AgentEngine(in_process=False): httpx pool -> uvicorn)
 Both roll out ROWS trajectories at once; ROUNDS alternating rounds, medians reported.
 Prints trajectories/s of both, the ratio of wall times (target <= 1.3x), and the gateway's added
 latency per call (in-gateway time outside generation: render, parse, record; target < 2 ms).
@@ -104,14 +106,18 @@ async def native(model, tok, rows):
     return wall, calls, None, d
 
 
-async def gateway(model, tok, rows):
+async def gateway_tcp(model, tok, rows):
+    return await gateway(model, tok, rows, in_process=False)
+
+
+async def gateway(model, tok, rows, in_process: bool = True):
     import openai_agent
     from gateway_fixtures import serving
 
     from rlfactory.train.gateway_agents import AgentEngine
 
     async with serving(model, tok) as gw:
-        engine = AgentEngine(gw, openai_agent.agent, openai_agent.reward, timeout_s=600)
+        engine = AgentEngine(gw, openai_agent.agent, openai_agent.reward, timeout_s=600, in_process=in_process)
         t0, c0 = time.perf_counter(), time.thread_time()
         trajs = await engine.run(rows, 1)
         wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
@@ -138,30 +144,34 @@ def main() -> None:
     rows = [{"id": f"r{i}", "question": f"Add {i} and {2 * i + 1}.", "answer": 3 * i + 1} for i in range(args.rows)]
     asyncio.run(native(model, tok, rows[:2]))  # warm-up: both paths' first-call costs
     asyncio.run(gateway(model, tok, rows[:2]))
-    walls: dict[str, list[float]] = {"native": [], "gateway": []}
+    asyncio.run(gateway_tcp(model, tok, rows[:2]))
+    modes = {"native": native, "gateway": gateway, "gw-tcp": gateway_tcp}
+    walls: dict[str, list[float]] = {name: [] for name in modes}
     overheads, cpus = [], []
-    diags: dict[str, list[Diag]] = {"native": [], "gateway": []}
+    diags: dict[str, list[Diag]] = {name: [] for name in modes}
     for r in range(args.rounds):
-        for name, fn in (("native", native), ("gateway", gateway)):
+        for name, fn in modes.items():
             wall, calls, cost, d = asyncio.run(fn(model, tok, rows))
             walls[name].append(wall)
             diags[name].append(d)
             extra = ""
-            if cost is not None:
+            if cost is not None and name == "gateway":
                 overheads.append(cost[0])
                 cpus.append(cost[1])
+            if cost is not None:
                 extra = f"  gateway per call: {cost[0]:.3f} ms wall, {cost[1]:.3f} ms CPU"
             print(f"round {r + 1} {name:8s} {wall:6.2f} s  {args.rows / wall:6.2f} traj/s  ({calls} model calls)"
                   + extra, flush=True)
             print(f"        {d.steps} decode steps, mean batch {d.mean_batch:.1f}, {d.prefills} prefills; "
                   f"generator busy {d.busy_s:.2f} s; CPU s: generation thread {d.gen_cpu_s:.2f}, "
                   f"event loop thread {d.loop_cpu_s:.2f}", flush=True)
-    n, g = statistics.median(walls["native"]), statistics.median(walls["gateway"])
+    n, g, gt = (statistics.median(walls[k]) for k in ("native", "gateway", "gw-tcp"))
     print(f"\nmedians over {args.rounds} rounds, {args.rows} trajectories each, tiny:1m, 1 torch thread:")
     print(f"  native env        {n:6.2f} s  {args.rows / n:6.2f} traj/s")
     print(f"  gateway (OpenAI)  {g:6.2f} s  {args.rows / g:6.2f} traj/s")
-    print(f"  gateway / native wall time: {g / n:.2f}x (target <= 1.3x)")
-    for name in ("native", "gateway"):
+    print(f"  gateway, TCP      {gt:6.2f} s  {args.rows / gt:6.2f} traj/s")
+    print(f"  gateway / native wall time: {g / n:.2f}x (target <= 1.3x); over TCP {gt / n:.2f}x")
+    for name in modes:
         ds = diags[name]
         med = lambda f: statistics.median(f(d) for d in ds)  # noqa: E731
         print(f"  {name:8s} decode steps {med(lambda d: d.steps):.0f}, mean batch {med(lambda d: d.mean_batch):.1f}, "

@@ -113,6 +113,9 @@ class Gateway:
         self.url: str | None = None
         self.on_finish: Callable[[list], None] | None = None
         """Called with an episode's trajectories when a client finishes it over HTTP (the CLI writes them)."""
+        self.asgi: Starlette | None = None
+        """The app being served (set by `start`): an in-process client may call it directly, without
+        a socket (train/gateway_agents.py does, for agents in the gateway's own event loop)."""
         self._server: Any = None
         self._task: asyncio.Task | None = None
 
@@ -325,7 +328,8 @@ class Gateway:
         from rlfactory.serve.process import free_port
 
         port = port or free_port(host)
-        config = uvicorn.Config(self.app(), host=host, port=port, log_level="warning", access_log=False,
+        self.asgi = self.app()
+        config = uvicorn.Config(self.asgi, host=host, port=port, log_level="warning", access_log=False,
                                 lifespan="off", timeout_graceful_shutdown=1)
         self._server = _InLoopServer(config)
         self._task = asyncio.ensure_future(self._server.serve())
@@ -344,6 +348,7 @@ class Gateway:
             await asyncio.wait([self._task], timeout=5)
         self._server = self._task = None
         self.url = None
+        self.asgi = None
 
 
 class _InLoopServer:

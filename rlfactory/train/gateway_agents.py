@@ -54,8 +54,8 @@ log = logging.getLogger("rlfactory.gateway")
 
 
 class _KeptOpen(httpx.AsyncBaseTransport):
-    """An episode's connection pool, lent to its client: the engine closes it when the episode
-    ends, whether or not the agent closed its client (`async with client.openai()`)."""
+    """An episode's transport, lent to its client: the engine closes it when the episode ends,
+    whether or not the agent closed its client (`async with client.openai()`)."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner = inner
@@ -75,13 +75,13 @@ class AgentClient:
     api_key: str
     model: str
     transport: httpx.AsyncBaseTransport | None = field(default=None, repr=False)
-    """This episode's connection pool (`openai()` uses it), made by the engine on its one SSL
-    context and closed by it when the episode ends."""
+    """This episode's transport (`openai()` uses it), made by the engine and closed by it when the
+    episode ends: the gateway's app called in process, or a connection pool of its own."""
 
     def openai(self, **kwargs: Any) -> AsyncOpenAI:
-        """An `openai.AsyncOpenAI` client for this episode, on the episode's connection pool: a
-        client of its own would build an SSL context (~50-250 ms of CPU, on the event loop that
-        the gateway and the other agents share)."""
+        """An `openai.AsyncOpenAI` client for this episode, on the episode's transport (a client of
+        its own would build an SSL context: ~50-250 ms of CPU, on the event loop that the gateway
+        and the other agents share). Use it from the event loop the agent was started in."""
         import openai
 
         if self.transport is not None and "http_client" not in kwargs:
@@ -159,8 +159,13 @@ class AgentEngine:
 
     def __init__(self, gateway: Gateway, agent: Callable[..., Any], reward: Callable[..., Any] | None = None, *,
                  timeout_s: float = 120.0, max_concurrent: int | None = None,
-                 info: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> None:
+                 info: Callable[[dict[str, Any]], dict[str, Any]] = dict, in_process: bool = True) -> None:
         self.gateway = gateway
+        self.in_process = in_process
+        """`client.openai()` calls the gateway's app in this process, without a socket: the same
+        routes and JSON, without the HTTP stack on both ends (about half the event loop's CPU per
+        call of an OpenAI SDK agent, benchmarks/gateway.py). False: over loopback TCP. Agents that
+        make their own clients from `base_url` (and `openai_sync()`) use TCP either way."""
         self.agent = agent
         self.reward = reward
         self.timeout_s = float(timeout_s)
@@ -173,11 +178,15 @@ class AgentEngine:
     async def aclose(self) -> None:
         """Nothing is left open between runs: each episode's pool closes with the episode."""
 
-    def _pool(self) -> httpx.AsyncHTTPTransport:
-        """A connection pool for one episode. Not one pool shared by all: httpcore matches each
+    def _pool(self) -> httpx.AsyncBaseTransport:
+        """A transport for one episode: the gateway's app in process (`in_process`), else a
+        connection pool of the episode's own. Not one pool shared by all: httpcore matches each
         request against every connection of its pool, and with one pool for 32 episodes that cost
         the event loop (which the gateway and the generator's handoffs share) ~1 ms of CPU per call
         (benchmarks/gateway.py)."""
+        if self.in_process and self.gateway.asgi is not None:
+            # raise_app_exceptions=False: a failure in the app is a 500, as over HTTP
+            return httpx.ASGITransport(self.gateway.asgi, raise_app_exceptions=False)
         if self._ssl is None:
             self._ssl = httpx.create_ssl_context()
         return httpx.AsyncHTTPTransport(verify=self._ssl)

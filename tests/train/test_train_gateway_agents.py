@@ -216,7 +216,7 @@ def test_a_sync_agent_runs_in_a_worker_thread(tiny):
 
 
 def test_each_episode_has_its_own_connection_pool_closed_when_it_ends(tiny):
-    """One pool shared by all episodes made httpcore match every call against every connection
+    """Over TCP (in_process=False): one pool shared by all episodes made httpcore match every call against every connection
     (~1 ms of event-loop CPU per call at 32 episodes, benchmarks/gateway.py); a pool per episode
     must still be closed by the engine even when the agent never closes its client."""
     import openai_agent
@@ -234,10 +234,43 @@ def test_each_episode_has_its_own_connection_pool_closed_when_it_ends(tiny):
 
     async def main():
         async with serving(model, tok) as gw:
-            return await AgentEngine(gw, agent).run(rows, 1)
+            return await AgentEngine(gw, agent, in_process=False).run(rows, 1)
 
     trajs = asyncio.run(main())
     assert [t.reward for t in trajs] == [1.0, 1.0, 1.0]
     pools = [pool for pool, _ in seen.values()]
     assert len({id(p) for p in pools}) == 3 and all(open_ == 1 for _, open_ in seen.values())
     assert all(p._pool.connections == [] for p in pools)  # closed with their episodes
+
+
+def test_in_process_agents_reach_the_gateway_without_a_socket_and_record_the_template_ids(tiny):
+    """client.openai() calls the gateway's app in process (no HTTP stack on either end); the
+    recorded ids are still what the chat template renders for the conversation the agent sent."""
+    import httpx
+    import openai_agent
+    from gateway_fixtures import tool_manager
+
+    from rlfactory.serve.gateway_api import parse_chat
+
+    model, tok = tiny
+    sent = {}
+
+    async def agent(row, client):
+        async with client.openai(max_retries=0) as oa:
+            answer, messages = await openai_agent.run_agent(oa, client.model, row["question"])
+        sent[row["id"]] = (type(client.transport), messages)
+        return openai_agent.reward(row, answer)
+
+    async def main():
+        async with serving(model, tok) as gw:
+            trajs = await AgentEngine(gw, agent).run([{"id": "p", "question": "Add 5 and 6.", "answer": 11}], 1)
+            return trajs, gw.stats.calls
+
+    (traj,), calls = asyncio.run(main())
+    transport, messages = sent["p"]
+    assert transport is httpx.ASGITransport and calls == 2 and traj.reward == 1.0 and traj.status == "ok"
+    tm = tool_manager(tok)
+    last = parse_chat({"messages": messages[:-1], "tools": openai_agent.TOOLS})  # what the second call sent
+    prompt = tm.render_prompt(last.messages, last.tools)
+    assert [s.role for s in traj.segments] == ["prompt", "model", "observation", "model"]
+    assert traj.input_ids[: len(prompt)] == prompt
