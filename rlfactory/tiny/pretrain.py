@@ -2,10 +2,12 @@
 
 A model trained from scratch on one task's few hundred demonstrations learns the format and the
 tool name quickly but not to copy an unseen value from the question into the call (README "Your own
-task"). Copying is a generic skill, so it is taught once, on first use, from
+task"). Copying is generic, so its groundwork is laid once, on first use, from
 rlfactory/tiny/copy_corpus.py (random tools, names and numbers; nothing of any one task), and
-cached beside `tiny:<size>` (rlfactory/tiny/cache.py). Same tokenizer as `tiny:<size>` (numbers are
-one token a digit), same architecture; only the weights differ.
+cached beside `tiny:<size>` (rlfactory/tiny/cache.py). The result is no copier by itself (teacher-
+forced, it gets 14% of generic call values right, 1.5% before), but from it a few hundred
+demonstrations of a task teach copying, which they do not from `tiny:<size>`. Same tokenizer as
+`tiny:<size>` (numbers are one token a digit), same architecture; only the weights differ.
 """
 
 from __future__ import annotations
