@@ -7,9 +7,13 @@ untrained model write them, so both paths sample the same number of tokens per t
            transport `client.openai()` gives: the gateway's app called in process), the agent
            running `add` itself
   gw-tcp   the same over loopback TCP (AgentEngine(in_process=False): httpx pool -> uvicorn)
-Both roll out ROWS trajectories at once; ROUNDS alternating rounds, medians reported.
-Prints trajectories/s of both, the ratio of wall times (target <= 1.3x), and the gateway's added
-latency per call (in-gateway time outside generation: render, parse, record; target < 2 ms).
+All roll out ROWS trajectories at once; ROUNDS alternating rounds, medians reported.
+Prints trajectories/s of each, the ratio of wall times (target <= 1.3x), the gateway's added
+latency per call (in-gateway time outside generation: render, parse, record; target < 2 ms), and
+where the time went: the generator's decode steps, their mean batch and its prefills (staggered
+requests would show as more steps of smaller batches), its busy seconds, and the CPU seconds of
+the generation thread and of the event loop thread (engine or agents, HTTP and gateway), which
+share the GIL (thread CPU read from /proc: Linux).
 
     .venv/bin/python benchmarks/gateway.py [--rows 32] [--rounds 3]
 """
