@@ -62,7 +62,7 @@ class Branch:
     """Where a rollout's history was rewritten (`rollout.context`; DESIGN.md "Branches"): the
     turns from segment `at` on were generated from `prompt_ids` (the rewritten history), not from
     the segments before `at`. A trajectory with branches is trained as its samples
-    (`rlfactory.rollout.branches.episode_samples`), one per branch plus the first."""
+    (`rlfactory.branches.episode_samples`), one per branch plus the first."""
 
     at: int
     """Index into `Trajectory.segments` of the first segment generated from `prompt_ids`."""

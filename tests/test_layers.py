@@ -13,8 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "rlfactory"
 
-BOTTOM = {"", "config", "trajectory", "protocols", "registry", "imports", "lazy", "text", "images"}
-"""The bottom of the house: config sections and RunConfig, the Trajectory, the Protocols, the one
+BOTTOM = {"", "config", "trajectory", "branches", "protocols", "registry", "imports", "lazy", "text", "images"}
+"""The bottom of the house: config sections and RunConfig, the Trajectory and its branches, the Protocols, the one
 registry and `module:attr` loader, a package's lazy exports, and the small text and image helpers
 they share ("" is the package itself, `rlfactory.__version__`)."""
 
@@ -26,7 +26,7 @@ and imports only the bottom itself)."""
 FORBIDDEN = {
     "rollout": {"rewards", "train", "distributed", "integrations", "studio", "cli"},
     "train": {"distributed", "integrations", "studio", "cli"},
-    "serve": {"train", "rewards", "envs", "distributed", "integrations", "studio", "cli"},
+    "serve": {"rollout", "train", "rewards", "envs", "distributed", "integrations", "studio", "cli"},
 }
 """Packages a package never imports (besides `cli`, which nothing imports)."""
 
@@ -128,9 +128,11 @@ def test_the_checks_catch_what_they_forbid():
     graph = {"rlfactory.rollout.episode": {"rlfactory.rewards.base", "rlfactory.config"},
              "rlfactory.train.loop": {"rlfactory.train.step"}, "rlfactory.train.step": {"rlfactory.train.loop"},
              "rlfactory.generation.local": {"rlfactory.rollout.engine", "rlfactory.protocols"},
-             "rlfactory.serve.gateway": {"rlfactory.train.session", "rlfactory.generation.local"}}
+             "rlfactory.serve.gateway": {"rlfactory.train.session", "rlfactory.generation.local",
+                                         "rlfactory.rollout.episode"}}
     assert _violations(lambda a, b: b in FORBIDDEN.get(a, ()), graph=graph) == [
-        "rlfactory.rollout.episode imports rlfactory.rewards.base", "rlfactory.serve.gateway imports rlfactory.train.session"]
+        "rlfactory.rollout.episode imports rlfactory.rewards.base", "rlfactory.serve.gateway imports rlfactory.rollout.episode",
+        "rlfactory.serve.gateway imports rlfactory.train.session"]
     assert _violations(lambda a, b: a == "generation" and b not in GENERATION_MAY_IMPORT, graph=graph) == [
         "rlfactory.generation.local imports rlfactory.rollout.engine"]
     assert cycles(graph) == {("rlfactory.train.loop", "rlfactory.train.step")}

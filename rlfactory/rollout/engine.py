@@ -26,7 +26,8 @@ from rlfactory.envs.base import Env, require_members
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.chat.parsing import split_reasoning
 from rlfactory.rollout.context import SUMMARY_REQUEST, Conversation, Summarizer, check_context, conversation_text
-from rlfactory.rollout.episode import Setup, rollout_one, turn_text
+from rlfactory.chat.turns import turn_text
+from rlfactory.rollout.episode import Setup, rollout_one
 from rlfactory.protocols import GenRequest, GenResult, Generator, HasTokenizer, KeepsSessions
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.generation.sampling import mix_seed

@@ -40,18 +40,18 @@ they simply go ahead.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Protocol, Sequence
 
-from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls, ToolManager, UserTurnRenderer
+from rlfactory.chat.base import Answer, Malformed, ToolCalls, ToolManager, UserTurnRenderer
+from rlfactory.chat.turns import parse_turn, turn_text
 from rlfactory.chat.vision import Rendered, VisionToolManager, render_observation
 from rlfactory.envs.base import Env
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.protocols import GenerationUnavailable, GenRequest, GenResult, Generator
-from rlfactory.rollout.branches import branch_reason, extends
+from rlfactory.branches import branch_reason, extends
 from rlfactory.rollout.context import Conversation, Summarizer, Turn, open_history
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.generation.sampling import mix_seed
@@ -61,11 +61,6 @@ from rlfactory.tools.base import MALFORMED, NOT_RUN, OK, ToolCall, ToolResult
 from rlfactory.trajectory import STATUSES, Branch, Segment, Status, ToolCallRecord, Trajectory
 
 TRUNCATION_MARK = " [truncated]"
-PARSE_INLINE_CHARS = 2048
-"""A turn's text up to this many characters is parsed on the event loop; a longer one in a worker
-thread (`asyncio.to_thread`), so that a slow parse cannot stall the other trajectories and their
-tool timeouts. Short turns (nearly all: 2,048 characters is ~500 tokens) stay inline, where the
-thread hop would cost more than the parse."""
 
 
 class Schedule(Protocol):
@@ -278,22 +273,6 @@ def render_user_turn(tm: ToolManager, text: str) -> list[int]:
         raise ValueError(f"the {tm.family!r} tool manager cannot render a user turn in the middle of an "
                          "episode (qwen3, llama3 and template can)")
     return list(tm.render_user_turn(valid_text(text)[0]))
-
-
-async def parse_turn(tm: ToolManager, text: str) -> ParseResult:
-    """`tm.parse(text)`, in a worker thread when the text is longer than PARSE_INLINE_CHARS."""
-    if len(text) > PARSE_INLINE_CHARS:
-        return await asyncio.to_thread(tm.parse, text)
-    return tm.parse(text)
-
-
-def turn_text(result: GenResult, stop_texts: dict[int, str]) -> str:
-    """The turn's text as the parser sees it: the generator's text without the stop token that
-    ended the turn (a stop string, when one ended it, stays: it is part of the model's text)."""
-    stop = stop_texts.get(result.stop_token) if result.stop_token is not None else None
-    if stop and result.text.endswith(stop):
-        return result.text[: -len(stop)]
-    return result.text
 
 
 async def run_tools(traj: Trajectory, calls: list[ToolCall], setup: Setup, index: int

@@ -44,7 +44,7 @@ from starlette.routing import Route
 
 from rlfactory.chat.base import ParseResult, ToolCalls
 from rlfactory.config import SamplingConfig
-from rlfactory.rollout.episode import parse_turn, turn_text
+from rlfactory.chat.turns import parse_turn, turn_text
 from rlfactory.protocols import GenRequest, GenResult, GenerationUnavailable, Generator, KeepsSessions
 from rlfactory.generation.sampling import mix_seed
 from rlfactory.serve.gateway_api import (BadRequest, ChatRequest, completion, error_body, make_choice, parse_chat,

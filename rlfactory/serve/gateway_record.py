@@ -16,7 +16,7 @@ state), and choices 2..n of an `n > 1` call, also start new samples: their promp
 state they continued from, so every sampled token is trained in exactly one sample.
 
 Every sample of an episode shares its reward and status (`Episode.trajectories`). The matching
-helpers are rollout/branches.py's, which rlfactory's own rollouts share (`rollout.context`).
+helpers are rlfactory/branches.py's, which rlfactory's own rollouts share (`rollout.context`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rlfactory.protocols import GenResult
-from rlfactory.rollout.branches import branch_reason, extends
+from rlfactory.branches import branch_reason, extends
 from rlfactory.tools.base import ToolCall
 from rlfactory.trajectory import Segment, Status, ToolCallRecord, Trajectory
 

@@ -42,7 +42,7 @@ import threading
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -53,8 +53,9 @@ from rlfactory.generation.local import LocalGenerator
 from rlfactory.generation.versioned import VersionedGenerator
 from rlfactory.trajectory import Trajectory
 
-if TYPE_CHECKING:
-    from rlfactory.train.step import StepRollout
+Rolled = TypeVar("Rolled")
+"""One step's rollout as `roll_out` returns it and `learn` takes it (step.py's StepRollout); the
+pipeline only holds it between the two, so it does not name step.py's type."""
 
 
 @dataclass(frozen=True)
@@ -237,15 +238,15 @@ def off_policy_generation(generator: Generator, weight_sync: WeightSync | None, 
                                SharedCores(policy, generator, split.learner, split.learner_shared))
 
 
-class AsyncPipeline:
+class AsyncPipeline(Generic[Rolled]):
     """Runs training steps with the rollouts of up to `max_staleness` later steps in flight (see
     the module doc): `roll_out(s, sync_weights)` and `learn(s, rollout, executor)` are one step's
     two halves (step.py's TrainingStep), `steps` the run's last step, `generation` what
     `off_policy_generation` set up. `step(s)` returns what `learn` does, plus async/* metrics.
     max_staleness 0 is the synchronous loop: each step rolls out, then learns on the event loop."""
 
-    def __init__(self, roll_out: Callable[[int, bool], Awaitable[StepRollout]],
-                 learn: Callable[[int, StepRollout, Executor | None],
+    def __init__(self, roll_out: Callable[[int, bool], Awaitable[Rolled]],
+                 learn: Callable[[int, Rolled, Executor | None],
                                  Awaitable[tuple[dict[str, float], list[Trajectory]]]],
                  steps: int, max_staleness: int, generation: OffPolicyGeneration, policy: nn.Module,
                  version: Callable[[], int]) -> None:

@@ -1,7 +1,7 @@
 """Branched episodes in the loss: an episode of several samples weighs like one episode.
 
 A gateway episode, or a rollout whose history `rollout.context` rewrote (trained as its samples,
-rollout/branches.py, after it was scored whole), is one or more samples, one trajectory each,
+rlfactory/branches.py, after it was scored whole), is one or more samples, one trajectory each,
 sharing `info["episode"]` and the episode's reward (DESIGN.md "Branches").
 Two rules keep such an episode from weighing more than an unbranched one:
 

@@ -44,7 +44,7 @@ def trajectory_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
 
     Rewards and accuracy are over scored trajectories only (infra_error ones are not scored).
     Rewards, accuracy and status/* count an episode of several samples (gateway_record.py,
-    rollout/branches.py) once, through its first sample: its samples share its reward and status.
+    rlfactory/branches.py) once, through its first sample: its samples share its reward and status.
     """
     # the samples after an episode's first share its reward and status: counted once
     episodes = [t for t in trajs if t.info.get("sample", 0) == 0]

@@ -34,7 +34,7 @@ from rlfactory.algos.advantages import dynamic_sampling_filter
 from rlfactory.openmp import release_pool, released
 from rlfactory.rewards.base import Reward, score_all
 from rlfactory.rewards.turns import apply_turn_scores
-from rlfactory.rollout.branches import all_samples
+from rlfactory.branches import all_samples
 from rlfactory.rollout.engine import failed_trajectories, group_names
 from rlfactory.train.staleness import fresh_mask
 from rlfactory.config import RunConfig
@@ -157,7 +157,7 @@ class TrainingStep:
         await self._score(local)  # 2
         t_score = time.perf_counter() - t_score0
         # rollout.context: a trajectory whose history was rewritten is scored once, as the episode
-        # it is, and trained as its samples (rollout/branches.py), counted once in its baseline
+        # it is, and trained as its samples (rlfactory/branches.py), counted once in its baseline
         local = all_samples(local)
 
         trajs = self.parallel.gather(local)  # the whole step's, in one process's order

@@ -13,7 +13,7 @@ import pytest
 from rollout_fakes import one_torch_thread
 from rollout_tiny import scripted_engine, tiny_parts
 
-from rlfactory.rollout.branches import episode_samples
+from rlfactory.branches import episode_samples
 from rlfactory.rollout.context import SUMMARY_INTRO, SUMMARY_REQUEST
 from rlfactory.rollout.observer import RolloutObserver
 from rlfactory.rollout.scripted import TurnPlan

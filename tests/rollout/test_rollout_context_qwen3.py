@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerFast
 
 from rlfactory.config import ConfigError, ModelConfig, RolloutConfig, SamplingConfig
 from rlfactory.protocols import GenRequest, GenResult
-from rlfactory.rollout.branches import episode_samples
+from rlfactory.branches import episode_samples
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.prompt_env import PromptEnv
 from rlfactory.tools import ToolRunner, function_tool

@@ -221,7 +221,7 @@ def test_a_parser_that_raises_ends_only_its_trajectory_as_malformed():
 def test_a_long_turn_is_parsed_off_the_event_loop_and_a_short_one_inline():
     import threading
 
-    from rlfactory.rollout.episode import PARSE_INLINE_CHARS
+    from rlfactory.chat.turns import PARSE_INLINE_CHARS
 
     seen = {}
 

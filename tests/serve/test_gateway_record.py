@@ -6,7 +6,7 @@ choices fork without training a token twice, and every sample carries the episod
 from __future__ import annotations
 
 from rlfactory.protocols import GenResult
-from rlfactory.rollout.branches import first_difference
+from rlfactory.branches import first_difference
 from rlfactory.serve.gateway_record import BY_AGENT, Episode
 from rlfactory.tools.base import ToolCall
 

@@ -1,11 +1,11 @@
-"""rollout/branches.py on hand-built trajectories: a trajectory with branches becomes its samples
+"""rlfactory/branches.py on hand-built trajectories: a trajectory with branches becomes its samples
 (each sampled token in exactly one of them, the rewritten history as a prompt), sharing the
 episode's reward and status; branches survive the JSON-lines round trip; the branch reason names
 the first differing token."""
 
 from __future__ import annotations
 
-from rlfactory.rollout.branches import all_samples, branch_reason, episode_samples, extends, first_difference
+from rlfactory.branches import all_samples, branch_reason, episode_samples, extends, first_difference
 from rlfactory.trajectory import Branch, Segment, ToolCallRecord, Trajectory
 
 
