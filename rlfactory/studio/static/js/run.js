@@ -41,14 +41,19 @@ export async function runPage(app, runId, params) {
     .map(([t, label]) => h("a", { href: link(t), class: t === tab ? "active" : "", id: `tab-${t}` }, label)));
   const body = h("div");
   app.append(head, tabs, body);
+  // One Stop button while the run runs: status events (the live stream sends one on connect) call
+  // setActions again, and a new button would lose what its job lookup filled in (its title, its
+  // state, "stopping…") until the lookup answered again.
+  let stop = null;
   const setActions = summary => {
+    stop = summary.status === "running" ? stop || stopButton(runId) : null;
     actions.replaceChildren();
     statusEl.replaceChildren(badge(summary.status));
     statusEl.title = summary.status_reason;
     // a failed run says why where it is seen (a launch that failed at start has nothing else to show)
     reasonEl.textContent = summary.status === "failed" && summary.status_reason ? summary.status_reason : "";
     reasonEl.style.display = reasonEl.textContent ? "" : "none";
-    if (summary.status === "running") actions.append(stopButton(runId));
+    if (stop) actions.append(stop);
     if (summary.status !== "running" && summary.steps_total && summary.steps_done < summary.steps_total) {
       actions.append(h("button", { id: "resume", onclick: () => resume(false) }, "Resume"));
     }
