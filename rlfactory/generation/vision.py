@@ -80,7 +80,7 @@ class VisionPrefill:
         if int(pads.sum()) != sum(counts):
             raise ValueError(f"a request's {len(images)} image(s) stand for {sum(counts)} image tokens, but its "
                              f"prompt holds {int(pads.sum())}")
-        starts = _starts(pads, counts)
+        starts = image_starts(pads, counts)
         cut = [s for s, c in zip(starts, counts) if s < past < s + c]
         if cut:
             raise ValueError(f"the cached prefix ends inside the image at {cut[0]} (an image is encoded whole)")
@@ -101,7 +101,7 @@ def pixel_kwargs(rows: Sequence[RowVision | None], device: torch.device) -> dict
             "image_grid_thw": torch.stack([g for _, g in px]).to(device)}
 
 
-def _starts(pads: torch.Tensor, counts: Sequence[int]) -> list[int]:
+def image_starts(pads: torch.Tensor, counts: Sequence[int]) -> list[int]:
     """Where each image's run of pads starts (adjacent images' runs told apart by their counts)."""
     starts, i, k, n = [], 0, 0, pads.shape[0]
     flags = pads.tolist()

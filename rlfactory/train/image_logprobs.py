@@ -21,6 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from rlfactory.generation.kv_cache import cache_kwarg, returned_cache
+from rlfactory.generation.vision import image_starts
 from rlfactory.trajectory import Trajectory
 
 
@@ -60,7 +61,7 @@ def incremental_logits(model: Any, inputs: dict[str, Any], cuts: Sequence[int], 
     is_pad = inputs["mm_token_type_ids"][0].bool()
     # Where each image's pads start, and where its rows of pixel_values start.
     counts = [int(g.prod()) // merge_size ** 2 for g in grids] if grids is not None else []
-    starts = _image_starts(is_pad, counts)
+    starts = image_starts(is_pad, counts)
     rows = [0]
     for g in grids if grids is not None else []:
         rows.append(rows[-1] + int(g.prod()))
@@ -81,17 +82,3 @@ def incremental_logits(model: Any, inputs: dict[str, Any], cuts: Sequence[int], 
         cache = returned_cache(result)
         out.append(result.logits[0])
     return torch.cat(out)
-
-
-def _image_starts(is_pad: torch.Tensor, counts: Sequence[int]) -> list[int]:
-    """Start of each image's run of pads (adjacent images' runs are told apart by their counts)."""
-    starts, i, k = [], 0, 0
-    n = is_pad.shape[0]
-    while i < n and k < len(counts):
-        if is_pad[i]:
-            starts.append(i)
-            i += counts[k]
-            k += 1
-        else:
-            i += 1
-    return starts

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from PIL import Image as PILImage
-from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
+from transformers import Qwen2_5_VLForConditionalGeneration
 
 from rlfactory.chat.contract import SAMPLE_TOOLS
-from rlfactory.chat.qwen_vl import QwenVLToolManager
 from rlfactory.chat.template import ModelTurn
 from rlfactory.config import RunConfig, load_config
-from rlfactory.images import image_from_pil
-from rlfactory.tiny.vl import make_tiny_vl_model
 from rlfactory.tools.base import ToolCall, ToolResult
 from rlfactory.train.batch import collate
 from rlfactory.train.image_logprobs import trajectory_logprobs
@@ -26,19 +22,14 @@ from rlfactory.train.parallel import SingleProcess
 from rlfactory.train.step import reward_tensors
 from rlfactory.trajectory import Segment, Trajectory
 from train_fixtures import run_config
+from vl_parts import picture, tiny_vl
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def vl(tmp_path_factory):
-    folder = make_tiny_vl_model(tmp_path_factory.mktemp("tinyvl") / "m", "1m", seed=0)
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(folder).eval()
-    return model, QwenVLToolManager(AutoTokenizer.from_pretrained(folder), enable_thinking=False), folder
-
-
-def picture(w, h, color):
-    return image_from_pil(PILImage.new("RGB", (w, h), color))
+    return tiny_vl(tmp_path_factory.mktemp("tinyvl") / "m")
 
 
 def trajectory(tm, tid: str, prompt_image=None, observations=(), answer="red", question="Which colour?") -> Trajectory:
