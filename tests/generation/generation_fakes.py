@@ -22,3 +22,14 @@ def tiny_random_lm(vocab: int = 300, seed: int = 0) -> Qwen3ForCausalLM:
         num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
     )
     return Qwen3ForCausalLM(cfg).eval()
+
+
+def reference(model, prompt: list[int], n: int) -> list[int]:
+    """`n` greedy tokens after `prompt` from transformers' own `generate` (no stop token)."""
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def prompts(k: int) -> list[list[int]]:
+    """`k` prompts of different lengths (3 to 19 tokens) for the tiny random models."""
+    return [[(7 * i + j) % 250 + 1 for j in range(3 + (5 * i) % 17)] for i in range(k)]

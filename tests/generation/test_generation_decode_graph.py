@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 import torch
-from generation_fakes import tiny_random_lm
+from generation_fakes import prompts, reference, tiny_random_lm
 
 from rlfactory.config import RolloutConfig, SamplingConfig
 from rlfactory.generation.decode_graph import StaticDecode, static_mask_plan
@@ -20,15 +20,6 @@ from rlfactory.generation.sampling import RowSampling, sample
 
 GREEDY = SamplingConfig(greedy=True)
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def prompts(k: int) -> list[list[int]]:
-    return [[(7 * i + j) % 250 + 1 for j in range(3 + (5 * i) % 17)] for i in range(k)]
-
-
-def reference(model, prompt, n):
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
 
 
 def static_generator(model, **kw) -> LocalGenerator:

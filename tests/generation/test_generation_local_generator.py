@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 import torch
-from generation_fakes import CodepointTokenizer, tiny_random_lm
+from generation_fakes import CodepointTokenizer, prompts, reference, tiny_random_lm
 
 from rlfactory.config import SamplingConfig
 from rlfactory.generation.prefill import prefill_groups
@@ -18,15 +18,6 @@ from rlfactory.generation.local import LocalGenerator
 GREEDY = SamplingConfig(greedy=True)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def prompts(k: int) -> list[list[int]]:
-    return [[(7 * i + j) % 250 + 1 for j in range(3 + (5 * i) % 17)] for i in range(k)]
-
-
-def reference(model, prompt, n):
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt) :].tolist()
 
 
 def teacher_forced(model, prompt, tokens, temperature=1.0):
@@ -55,7 +46,6 @@ def test_continuous_batching_matches_one_at_a_time_generate():
         assert res.token_ids == reference(model, p, req.max_new_tokens)
         assert res.finish_reason == "length" and len(res.logprobs) == len(res.token_ids)
         assert torch.allclose(torch.tensor(res.logprobs), teacher_forced(model, p, res.token_ids), atol=1e-4)
-
 
 
 def test_new_rows_of_very_different_lengths_prefill_in_separate_forwards():

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 import torch
-from generation_fakes import tiny_random_lm
+from generation_fakes import reference, tiny_random_lm
 
 from rlfactory.generation.attention_masks import layer_kinds, mask_plan
 from rlfactory.config import SamplingConfig
@@ -70,11 +70,6 @@ def model(request):
 
 def prompts(k: int) -> list[list[int]]:
     return [[(11 * i + 3 * j) % 280 + 5 for j in range(4 + (7 * i) % 19)] for i in range(k)]
-
-
-def reference(model, prompt, n):
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
 
 
 def teacher_forced(model, prompt, tokens):
