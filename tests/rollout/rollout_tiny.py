@@ -36,3 +36,13 @@ def scripted_engine(tiny, tools: list[Callable], plan: Callable[[str], TurnPlan]
     runner = ToolRunner([function_tool(f) for f in tools])
     cfg = RolloutConfig(max_new_tokens=64, max_total_tokens=2048, **rollout)
     return RolloutEngine(gen, tm, runner, PromptEnv(max_turns=max_turns), cfg, SamplingConfig(temperature=1.0, seed=0))
+
+
+def multiply(a: int, b: int) -> str:
+    """Multiply two integers.
+
+    Args:
+        a: first
+        b: second
+    """
+    return str(a * b)

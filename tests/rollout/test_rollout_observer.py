@@ -9,7 +9,7 @@ import re
 
 import pytest
 from rollout_fakes import one_torch_thread
-from rollout_tiny import scripted_engine, tiny_parts
+from rollout_tiny import multiply, scripted_engine, tiny_parts
 
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.rollout.observer import RolloutObserver
@@ -17,16 +17,6 @@ from rlfactory.rollout.scripted import TurnPlan
 
 single_thread = pytest.fixture(autouse=True, scope="module")(one_torch_thread)
 tiny = pytest.fixture(scope="module")(tiny_parts)
-
-
-def multiply(a: int, b: int) -> str:
-    """Multiply two integers.
-
-    Args:
-        a: first
-        b: second
-    """
-    return str(a * b)
 
 
 def plan(ctx: str) -> TurnPlan:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from rollout_fakes import CharToolManager, FakeRunner, RowsEnv, ScriptedGenerator, one_torch_thread
+from rollout_tiny import multiply
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlfactory.chat import make_tool_manager
@@ -146,16 +147,6 @@ def test_an_env_returning_something_else_is_named():
 # ---- the tiny Qwen3 model, the real qwen3 ToolManager and a real ToolRunner -----------------------
 
 single_thread = pytest.fixture(scope="module")(one_torch_thread)
-
-
-def multiply(a: int, b: int) -> str:
-    """Multiply two integers.
-
-    Args:
-        a: first
-        b: second
-    """
-    return str(a * b)
 
 
 def plan(ctx: str) -> TurnPlan:
