@@ -17,8 +17,7 @@ imports the bottom of the house (config, protocols), the leaf helpers `openmp` a
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rlfactory.lazy import lazy_exports
 
 _EXPORTS = {
     "LocalGenerator": "local",
@@ -29,14 +28,4 @@ _EXPORTS = {
     "load_model": "model_source",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"rlfactory.generation.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'rlfactory.generation' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -14,8 +14,7 @@ in `rlfactory.protocols`: both are shared by every layer.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rlfactory.lazy import lazy_exports
 
 _EXPORTS = {
     "RolloutEngine": "engine",
@@ -28,14 +27,4 @@ _EXPORTS = {
     "format_summary": "summary",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"rlfactory.rollout.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'rlfactory.rollout' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS, globals())
