@@ -9,7 +9,7 @@ baseline and out of the loss.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Callable, Mapping, Protocol, runtime_checkable
 
 from rlfactory.trajectory import Trajectory
 
@@ -27,6 +27,14 @@ class Reward(Protocol):
     async def score(self, trajectory: Trajectory) -> RewardScore:
         """The reward of `trajectory` (never an `infra_error` one: see `is_scorable`)."""
         ...
+
+
+@runtime_checkable
+class ScoresMany(Protocol):
+    """A reward that scores a batch at once (judges coalesce it into batched model calls;
+    ComposedReward and the per-turn reward hand the batch to their parts)."""
+
+    async def score_many(self, trajectories: list[Trajectory]) -> list[RewardScore]: ...
 
 
 @runtime_checkable
@@ -71,18 +79,17 @@ def require_scorable(trajectory: Trajectory) -> None:
         )
 
 
-async def score_many(reward: Any, trajectories: list[Trajectory]) -> list[RewardScore]:
+async def score_many(reward: Reward, trajectories: list[Trajectory]) -> list[RewardScore]:
     """Score all trajectories concurrently, with `reward.score_many` when the reward batches
-    (judges do), else `asyncio.gather` over `reward.score`. All must be scorable."""
+    (ScoresMany: judges do), else `asyncio.gather` over `reward.score`. All must be scorable."""
     import asyncio
 
-    batched = getattr(reward, "score_many", None)
-    if batched is not None:
-        return list(await batched(trajectories))
+    if isinstance(reward, ScoresMany):
+        return list(await reward.score_many(trajectories))
     return list(await asyncio.gather(*(reward.score(t) for t in trajectories)))
 
 
-async def score_all(reward: Any, trajectories: list[Trajectory]) -> list[RewardScore | None]:
+async def score_all(reward: Reward, trajectories: list[Trajectory]) -> list[RewardScore | None]:
     """What the trainer calls: scores in input order, None for every `infra_error` trajectory."""
     todo = [t for t in trajectories if is_scorable(t)]
     scores = iter(await score_many(reward, todo))

@@ -71,3 +71,36 @@ def test_default_reward_and_errors():
         validate(RewardConfig, {"judge": {"model": "m", "temprature": 0.1}})
     with pytest.raises(ConfigError, match="not one of the env's tools"):
         build_reward(validate(RewardConfig, {"verify": {"tool": "sql"}}))
+
+
+class CountingBatches:
+    """A reward with score_many (ScoresMany): counts its batches and single scores."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self.singles = 0
+
+    async def score(self, trajectory):
+        from rlfactory.rewards import RewardScore
+
+        self.singles += 1
+        return RewardScore(1.0)
+
+    async def score_many(self, trajectories):
+        from rlfactory.rewards import RewardScore
+
+        self.batches.append(len(trajectories))
+        return [RewardScore(2.0) for _ in trajectories]
+
+
+def test_score_all_hands_a_batching_reward_the_scorable_trajectories_at_once():
+    from rlfactory.rewards.base import ScoresMany
+
+    batching = CountingBatches()
+    out = asyncio.run(score_all(batching, [make("a"), make("x", status="infra_error"), make("b")]))
+    assert isinstance(batching, ScoresMany)
+    assert batching.batches == [2] and batching.singles == 0
+    assert [s.total if s else None for s in out] == [2.0, None, 2.0]
+    plain = FunctionReward(lambda t: 3.0, name="three")
+    assert not isinstance(plain, ScoresMany)
+    assert [s.total for s in asyncio.run(score_all(plain, [make("a"), make("b")]))] == [3.0, 3.0]
