@@ -1,6 +1,7 @@
 """`rlfactory serve MODEL [--port 8000] [--max-batch 256] [--host 127.0.0.1]`: serve a model with
 rlfactory's local generator (continuous batching, KV cache) over vLLM's completions API and
-SGLang's `/generate` (token ids in and out), with weight updates and a policy version."""
+SGLang's `/generate` (token ids in and out; a vision-language model also takes SGLang's
+`image_data`), with weight updates and a policy version."""
 
 from __future__ import annotations
 
@@ -39,13 +40,13 @@ def run(args: argparse.Namespace) -> int:
     from rlfactory.train.session import pad_id_of
     from rlfactory.config import ModelConfig
     from rlfactory.serve.app import build_app
-    from rlfactory.serve.served import ServedModel
+    from rlfactory.serve.served import ServedModel, pixel_source
 
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model(ModelConfig(path=args.model, dtype=args.dtype), pick_device(args.device))
     served = ServedModel(model, tokenizer, name=args.model, pad_id=pad_id_of(tokenizer, model), max_batch=args.max_batch,
-                         seed=args.seed, version=args.policy_version)
+                         seed=args.seed, version=args.policy_version, pixels=pixel_source(model, tokenizer))
     if args.logits_processor:
         served.generator.logits_processor = logits_processor_factory(args.logits_processor)(tokenizer)
     print(f"rlfactory serve: {args.model} on http://{args.host}:{args.port} (policy version {served.version}, "

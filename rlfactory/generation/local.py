@@ -136,6 +136,8 @@ class LocalGenerator:
         if request.images and self.loop.prefill.vision is None:
             raise ValueError(f"a request holds {len(request.images)} image(s) but this generator has no image "
                              "processor: LocalGenerator(pixels=...) takes the vision-language ToolManager")
+        if request.images:  # here, not in the batch's prefill, where it would fail every row with it
+            self.loop.prefill.vision.check(self.model, request.prompt_ids, request.images)
         row = Row(request, loop.create_future(), frozenset(int(t) for t in stop_ids), stops, time.perf_counter())
         self._pending.append(row)
         if self._worker is None or self._worker.done():

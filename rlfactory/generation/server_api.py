@@ -14,6 +14,21 @@ and `sampling_params`; `return_logprob: true` adds `meta_info.output_token_logpr
 `output_ids`. `meta_info.finish_reason` is `{"type": "stop", "matched": id|str}` or
 `{"type": "length", "length": n}`; `meta_info.weight_version` is the server's weight version.
 
+Images (a vision-language model's turn, `GenRequest.images`). SGLang's `/generate` takes them
+beside token ids: `image_data`, for one request a list of images in the order of their pads in
+`input_ids`, each a URL, a file name or base64 / a `data:` URL (GenerateReqInput.image_data in
+python/sglang/srt/managers/io_struct.py; sglang's own token-in/token-out example sends the
+processor-expanded `input_ids` with `image_data`:
+examples/runtime/token_in_token_out/token_in_token_out_vlm_server.py). We send every image of the
+context, each turn, as a `data:` URL (the server re-reads them all; `rlfactory serve` encodes only
+those its kept cache does not hold). vLLM's HTTP API cannot carry images with a token-id prompt:
+`/v1/completions` (CompletionRequest in vllm/entrypoints/openai/completion/protocol.py) has a
+token-id `prompt` but no image field; `/v1/chat/completions` takes `image_url` content parts only
+in chat messages that it renders into tokens itself; `/inference/v1/generate`
+(vllm/entrypoints/serve/disagg/protocol.py) takes `token_ids` with `features`, but those are the
+base64 `MultiModalKwargsItem`s of vLLM's own render step, not pictures. `multi_modal_data` exists
+in vLLM's Python API only. So `build_request` refuses images for `vllm` (`ImagesNotCarried`).
+
 Both servers always end a turn on the model's own EOS token as well as on the request's stop
 tokens (SGLang's `ignore_eos` would switch off `stop_token_ids` too), except when the request
 names no stop token at all: then `ignore_eos` is set and only the length ends the turn.
@@ -22,10 +37,12 @@ The shapes are pinned by fixtures in tests/generation/fixtures/ (their sources a
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 from rlfactory.config import SamplingConfig
+from rlfactory.images import Image
 from rlfactory.protocols import GenRequest
 
 Api = Literal["vllm", "sglang"]
@@ -34,6 +51,22 @@ PATHS: dict[str, str] = {"vllm": "/v1/completions", "sglang": "/generate"}
 
 class MalformedResponse(ValueError):
     """A server answered 200 with a body that is not the documented shape."""
+
+
+class ImagesNotCarried(ValueError):
+    """A request holds images that the configured server API cannot carry with token ids."""
+
+
+VLLM_NO_IMAGES = ("generator.api: vllm cannot send images with token-id prompts (vLLM's /v1/completions has no "
+                  "image field; its chat API re-renders the prompt): use generator.api: sglang (SGLang or "
+                  "rlfactory serve) or generator.backend: local")
+
+
+def image_data_url(image: Image) -> str:
+    """`image` as a base64 `data:` URL (what SGLang's `image_data` and `rlfactory serve` read)."""
+    if image.data is None:
+        raise ValueError(f"image {image.sha256[:12]} has no bytes (a reference only): it cannot be sent to a server")
+    return f"data:{image.mime};base64," + base64.b64encode(image.data).decode("ascii")
 
 
 @dataclass
@@ -59,7 +92,10 @@ def build_request(api: Api, req: GenRequest, stop_token_ids: Sequence[int], stop
     """The JSON body for one turn: continue `req.prompt_ids` for at most `req.max_new_tokens`.
 
     `session` is sent as `session_id` (vLLM's field for related requests; `rlfactory serve` keeps
-    that trajectory's KV cache under it)."""
+    that trajectory's KV cache under it). Images go in SGLang's `image_data`; for `vllm` a request
+    with images raises ImagesNotCarried (see the module doc)."""
+    if req.images and api == "vllm":
+        raise ImagesNotCarried(VLLM_NO_IMAGES)
     temperature, top_p, top_k = _sampling(req.sampling)
     stop_ids, stops = [int(t) for t in stop_token_ids], [str(s) for s in stop_strings]
     only_length = not stop_ids
@@ -86,6 +122,8 @@ def build_request(api: Api, req: GenRequest, stop_token_ids: Sequence[int], stop
         params["sampling_seed"] = int(seed)
     body = {"input_ids": list(req.prompt_ids), "sampling_params": params, "return_logprob": True,
             "logprob_start_len": -1, "top_logprobs_num": 0, "stream": False}
+    if req.images:
+        body["image_data"] = [image_data_url(im) for im in req.images]
     if session is not None:
         body["session_id"] = session
     return body

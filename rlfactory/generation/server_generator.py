@@ -18,6 +18,10 @@ served by one set of weights.
 A turn's `policy_version` is the version the server reports in its answer (`rlfactory serve`,
 SGLang's `weight_version`), else the version the sync recorded for that server when the turn was
 sent. A server whose last sync failed is `stale` and gets no turns until a sync succeeds.
+
+Images. A request's images go with every turn in SGLang's `image_data` (`rlfactory serve` reads
+them the same way); with `api: vllm` a request with images raises ImagesNotCarried, one line
+naming what to use instead (vLLM's HTTP API takes no images with token ids: server_api.py).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from typing import Any, Sequence
 import httpx
 
 from rlfactory.protocols import GenerationUnavailable, GenRequest, GenResult, generate_all
-from rlfactory.generation.server_api import PATHS, Api, MalformedResponse, build_request, parse_response
+from rlfactory.generation.server_api import (PATHS, VLLM_NO_IMAGES, Api, ImagesNotCarried, MalformedResponse, build_request,
+                                             parse_response)
 from rlfactory.generation.versioned import TurnGate
 
 
@@ -112,9 +117,8 @@ class ServerGenerator:
     async def submit(self, request: GenRequest) -> GenResult:
         if not request.prompt_ids:
             raise ValueError("a generation request needs at least one prompt token")
-        if request.images:  # sending them with token-id prompts is issue 31's later part
-            raise ValueError(f"a request holds {len(request.images)} image(s), which the server backend does not "
-                             "send yet: generate images with generator.backend: local")
+        if request.images and self.api == "vllm":  # before any server is tried: no server of this API could
+            raise ImagesNotCarried(VLLM_NO_IMAGES)
         stop_ids = self.stop_token_ids if request.stop_token_ids is None else tuple(request.stop_token_ids)
         stops = self.stop_strings if request.stop_strings is None else tuple(request.stop_strings)
         if request.seed is not None:  # the trajectory's own seed (reproducible whatever else runs)

@@ -11,6 +11,7 @@ decode steps need only each row's delta (Row.rope_delta) beside its cache column
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,11 @@ from rlfactory.chat.vision import PixelSource
 from rlfactory.images import Image
 
 _PIXEL_CACHE = 256
+
+
+class BadImageRequest(ValueError):
+    """A request's images do not stand for exactly the image pads of its prompt, or the image
+    processor refuses one of them."""
 
 
 @dataclass
@@ -52,34 +58,53 @@ class VisionPrefill:
     def __init__(self, source: PixelSource) -> None:
         self.source = source
         self._pixels: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self._lock = threading.Lock()
         self.stats = {"images_encoded": 0}
 
     def pixels(self, image: Image) -> tuple[torch.Tensor, torch.Tensor]:
         """(pixel_values, grid [3]) of one image, cached by content hash (a trajectory's images
         come back in every later turn's request; only their grids are needed then)."""
-        hit = self._pixels.get(image.sha256)
-        if hit is not None:
-            self._pixels.move_to_end(image.sha256)
-            return hit
+        with self._lock:  # `check` runs on the submitting thread, `row` on the generation thread
+            hit = self._pixels.get(image.sha256)
+            if hit is not None:
+                self._pixels.move_to_end(image.sha256)
+                return hit
         out = self.source.pixel_inputs([image])
         hit = (out["pixel_values"], out["image_grid_thw"][0].long())
-        self._pixels[image.sha256] = hit
-        if len(self._pixels) > _PIXEL_CACHE:
-            self._pixels.popitem(last=False)
+        with self._lock:
+            self._pixels[image.sha256] = hit
+            if len(self._pixels) > _PIXEL_CACHE:
+                self._pixels.popitem(last=False)
         return hit
+
+    def check(self, model: Any, prompt: Sequence[int], images: Sequence[Image]) -> None:
+        """Raise BadImageRequest (one line) unless `images` stand for exactly the image pads of
+        `prompt`: before a request joins a batch, where a failing prefill would fail every row."""
+        body = vision_body(model)
+        for i, im in enumerate(images):
+            try:
+                self.pixels(im)
+            except ValueError as e:  # the processor's own refusal, e.g. an aspect ratio past 200:1
+                raise BadImageRequest(f"image {i} ({im.width}x{im.height}): the image processor refuses it: {e}") from None
+        self._counts(body, prompt, images)
+
+    def _counts(self, body: Any, prompt: Sequence[int], images: Sequence[Image]
+                ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[int], torch.Tensor]:
+        """(pixels and grid of each image, pads per image, the pad mask of `prompt`)."""
+        merge = body.config.vision_config.spatial_merge_size
+        got = [self.pixels(im) for im in images]
+        counts = [int(g.prod()) // merge ** 2 for _, g in got]
+        pads = torch.tensor(list(prompt), dtype=torch.long) == body.config.image_token_id
+        if int(pads.sum()) != sum(counts):
+            raise BadImageRequest(f"a request's {len(images)} image(s) stand for {sum(counts)} image tokens, but its "
+                                f"prompt holds {int(pads.sum())}")
+        return got, counts, pads
 
     def row(self, model: Any, prompt: Sequence[int], images: Sequence[Image], past: int) -> RowVision:
         """The prefill of `prompt`'s tokens from column `past` on (the rest is cached)."""
         body = vision_body(model)
-        image_id = body.config.image_token_id
-        merge = body.config.vision_config.spatial_merge_size
-        got = [self.pixels(im) for im in images]
-        counts = [int(g.prod()) // merge ** 2 for _, g in got]
+        got, counts, pads = self._counts(body, prompt, images)
         ids = torch.tensor([list(prompt)], dtype=torch.long)
-        pads = ids[0] == image_id
-        if int(pads.sum()) != sum(counts):
-            raise ValueError(f"a request's {len(images)} image(s) stand for {sum(counts)} image tokens, but its "
-                             f"prompt holds {int(pads.sum())}")
         starts = image_starts(pads, counts)
         cut = [s for s, c in zip(starts, counts) if s < past < s + c]
         if cut:

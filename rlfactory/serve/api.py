@@ -8,6 +8,12 @@ Stops: a turn ends on the request's `stop_token_ids`, on the model's EOS tokens 
 The returned token ids always hold every sampled token, the stop token last; the `text` follows
 each API's trimming rule. `seed` / `sampling_seed` are accepted, but the server samples from one
 random generator (seeded with `rlfactory serve --seed`), since turns of many requests share a batch.
+
+Images: `/generate` takes SGLang's `image_data` with `input_ids` (one request: a list of images in
+the order of their pads, or one image), each a `data:` URL or bare base64; URLs and file names are
+not read. The ids hold each image's pads already expanded (what the client's VL ToolManager
+renders); the server checks their count against its image processor's grid. vLLM's
+`/v1/completions` takes no images (as vLLM's own), so an image field there is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rlfactory.config import SamplingConfig
+from rlfactory.images import Image, ImageError, image_from_base64, image_from_value
 from rlfactory.protocols import GenRequest, GenResult
 
 
@@ -90,11 +97,39 @@ def _check_length(prompt: list[int], max_new: int, context: int) -> None:
         raise BadRequest(f"prompt ({len(prompt)} tokens) + max tokens ({max_new}) exceeds the model's context ({context})")
 
 
+def _images(value: Any) -> list[Image] | None:
+    """SGLang's `image_data` of one request as Images (None: no images)."""
+    if value is None or value == []:
+        return None
+    items = value if isinstance(value, list) else [value]
+    if any(isinstance(v, list) for v in items):
+        raise BadRequest("`image_data`: the images of one request (a list of strings), not a batch")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise BadRequest(f"`image_data[{i}]` must be a data: URL or base64 string, got {type(item).__name__}")
+        try:
+            if item.startswith("data:"):
+                out.append(image_from_value(item))
+            elif "://" in item[:16] or item.lower().endswith((".png", ".jpg", ".jpeg", ".webp", ".gif")):
+                raise BadRequest(f"`image_data[{i}]`: rlfactory serve reads images inline only (a data: URL or "
+                                 f"base64), not URLs or file names: got {item[:60]!r}")
+            else:
+                out.append(image_from_base64(item))
+        except ImageError as e:
+            raise BadRequest(f"`image_data[{i}]`: {e}") from None
+    return out
+
+
 # ---- vLLM /v1/completions ---------------------------------------------------------------------
 
 def parse_completions(body: Any, eos: tuple[int, ...], context: int, vocab: int = 0) -> Turn:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
+    for name in ("image_data", "multi_modal_data"):
+        if body.get(name) is not None:
+            raise BadRequest(f"`{name}`: /v1/completions takes no images (nor does vLLM's); send them to "
+                             "/generate as SGLang's `image_data` with `input_ids`")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
         raise BadRequest("`prompt`: one prompt per request (a list of token ids), not a batch")
@@ -181,7 +216,8 @@ def parse_generate(body: Any, eos: tuple[int, ...], context: int, vocab: int = 0
                          _field(params, "top_k", int, -1))
     session = _field(body, "session_id", str)
     stops = _stops(params.get("stop"), "sampling_params.stop")
-    request = GenRequest(prompt, max_new, sampling, _stop_ids(given, ignore_eos, eos), stops, session)
+    request = GenRequest(prompt, max_new, sampling, _stop_ids(given, ignore_eos, eos), stops, session,
+                         images=_images(body.get("image_data")))
     return Turn(request, _field(body, "return_logprob", bool, False), True, _field(params, "skip_special_tokens", bool, True),
                 _field(params, "no_stop_trim", bool, False), _field(body, "rid", str) or uuid.uuid4().hex, tuple(given))
 

@@ -1,7 +1,7 @@
 """The HTTP routes of `rlfactory serve` (starlette).
 
     POST /v1/completions            vLLM completions subset: token-id prompt, return_token_ids, logprobs 0
-    POST /generate                  SGLang subset: input_ids, return_logprob
+    POST /generate                  SGLang subset: input_ids, return_logprob, image_data (a VL model)
     POST /update_weights_from_disk  SGLang's shape: {"model_path", "weight_version"} -> {"success", "message", ...}
     POST /update_weights_from_tensors  a safetensors body; ?policy_version=N
     POST /release_session           {"session_id"}: drop that trajectory's kept KV cache
@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from rlfactory.generation.vision import BadImageRequest
 from rlfactory.generation.weights import WeightsMismatch
 from rlfactory.serve.api import BadRequest, completions_response, generate_response, parse_completions, parse_generate
 from rlfactory.serve.served import ServedModel
@@ -67,9 +68,11 @@ def build_app(served: ServedModel) -> Starlette:
         t0 = time.perf_counter()
         try:
             turn = parse_generate(await _json(request), served.eos_ids, served.context, served.vocab)
-        except BadRequest as e:
+            if turn.request.images and not served.takes_images:
+                raise BadRequest(f"`image_data`: {served.name} is not a vision-language model; it takes no images")
+            result, version = await served.generate(turn.request)
+        except (BadRequest, BadImageRequest) as e:
             return _error(str(e))
-        result, version = await served.generate(turn.request)
         return JSONResponse(generate_response(turn, result, version, tok, time.perf_counter() - t0))
 
     async def update_from_disk(request: Request) -> JSONResponse:

@@ -9,6 +9,11 @@ fit the model (names, shapes) is refused before anything is copied.
 Sessions. A turn that names a session keeps that trajectory's KV cache for its next turn (see
 LocalGenerator); at most `max_sessions` are kept, the least recently used is dropped first, and a
 client releases one with `release`.
+
+Images. A vision-language model is served with its family's image processor (`pixel_source`):
+a turn's images go through the local generator's vision prefill, each encoded once while its
+trajectory's cache is kept, with the same pixels the client's trainer computes from the same
+model folder. A request whose images do not match its image pads is refused alone.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ from typing import Any, Callable
 
 import torch
 
+from rlfactory.chat.registry import make_tool_manager
+from rlfactory.chat.vision import PixelSource
 from rlfactory.protocols import GenRequest, GenResult
 from rlfactory.generation.local import LocalGenerator
+from rlfactory.generation.vision import vision_body
 from rlfactory.generation.versioned import VersionedGenerator
 from rlfactory.generation.weights import load_safetensors_folder, load_weights
 
@@ -36,18 +44,34 @@ def eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def pixel_source(model: Any, tokenizer: Any) -> PixelSource | None:
+    """What turns images into `model`'s pixel inputs (its vision-language family's ToolManager,
+    reading the image processor beside the tokenizer); None for a model that takes no pixels."""
+    try:
+        vision_body(model)
+    except ValueError:
+        return None
+    manager = make_tool_manager(tokenizer, model_type=getattr(model.config, "model_type", None))
+    if not isinstance(manager, PixelSource):
+        raise ValueError(f"the {getattr(manager, 'family', type(manager).__name__)} ToolManager of this vision-language "
+                         "model computes no pixels: set a vision-language family (qwen2_5_vl, qwen3_vl)")
+    return manager
+
+
 class ServedModel:
     """`model` (a transformers causal LM in eval mode) served to many requests at once."""
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str, pad_id: int, max_batch: int = 256,
-                 seed: int | None = None, max_sessions: int | None = None, version: int = 0) -> None:
+                 seed: int | None = None, max_sessions: int | None = None, version: int = 0,
+                 pixels: PixelSource | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
         self.eos_ids = eos_ids(model, tokenizer)
         device = next(model.parameters()).device
         self.generator = LocalGenerator(model, pad_id, self.eos_ids, tokenizer=tokenizer, device=device,
-                                        max_batch=max_batch, seed=seed)
+                                        max_batch=max_batch, seed=seed, pixels=pixels)
+        self.takes_images = pixels is not None
         self.max_batch = int(max_batch)
         self.max_sessions = int(max_sessions or 4 * max_batch)
         self.context = int(getattr(getattr(model, "config", None), "max_position_embeddings", 0) or 0)
@@ -114,7 +138,7 @@ class ServedModel:
         return {"status": "ok", "server": "rlfactory", "model": self.name, "policy_version": self.version,
                 "weight_version": str(self.version), "max_batch": self.max_batch, "active": self.active, "turns": self.turns,
                 "kept_sessions": self.generator.kept_sessions, "updates": self.updates,
-                "updates_waited": self.updates_waited, "time": time.time()}
+                "updates_waited": self.updates_waited, "images": self.takes_images, "time": time.time()}
 
     def close(self) -> None:
         self.generator.close()

@@ -114,23 +114,3 @@ def test_requests_with_images_need_an_image_processor_and_a_vision_model(vl):
     gen.close()
     with pytest.raises(ValueError, match="takes no pixels"):
         LocalGenerator(tiny_random_lm(), 0, pixels=tm)
-
-
-def test_the_server_backend_refuses_images_in_one_line_before_sending_anything():
-    from fixture_server import dead_url
-
-    from rlfactory.generation.server_generator import ServerGenerator
-
-    class Ids:
-        def decode(self, ids, skip_special_tokens=False):
-            return " ".join(map(str, ids))
-
-    async def main():
-        g = ServerGenerator([dead_url()], "vllm", Ids(), [0], timeout_s=5.0)
-        try:
-            await g.submit(GenRequest([1, 2, 3], 2, images=[picture(16, 16, (0, 0, 0))]))
-        finally:
-            await g.aclose()
-
-    with pytest.raises(ValueError, match="server backend does not send yet: generate images with generator.backend: local"):
-        asyncio.run(main())
