@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, Union, runtime_checkable
 
+from rlfactory.chat.template import ChatTemplate
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 
 
@@ -62,6 +63,19 @@ class ToolManager(Protocol):
 
     def stop_strings(self) -> list[str]:
         """Strings that end a model turn early (e.g. `</search>` for searchr1); often empty."""
+        ...
+
+
+@runtime_checkable
+class PromptTextRenderer(Protocol):
+    """A ToolManager whose prompt ids are its chat template's text, encoded: qwen3, llama3, searchr1
+    and template are. The recording gateway renders the text and encodes only what earlier calls
+    did not (serve/gateway_prefix.py)."""
+
+    template: ChatTemplate
+
+    def render_prompt_text(self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec]) -> str:
+        """The text `render_prompt` encodes: `render_prompt(m, t) == template.encode(render_prompt_text(m, t))`."""
         ...
 
 

@@ -88,7 +88,10 @@ class Llama3ToolManager:
 
     # -- ToolManager protocol --------------------------------------------------------------
     def render_prompt(self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec]) -> list[int]:
-        return self.template.encode(self.template.render(messages, openai_tools(tools), add_generation_prompt=True))
+        return self.template.encode(self.render_prompt_text(messages, tools))
+
+    def render_prompt_text(self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec]) -> str:
+        return self.template.render(messages, openai_tools(tools), add_generation_prompt=True)
 
     def parse(self, text: str, known_tools: Collection[str] | None = None) -> ParseResult:
         """See the module docstring for the rule. Linear in `len(text)`; never raises."""

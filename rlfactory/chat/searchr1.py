@@ -82,9 +82,12 @@ class SearchR1ToolManager:
     # -- ToolManager protocol --------------------------------------------------------------
     def render_prompt(self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec] = ()) -> list[int]:
         """Tools are described by the instruction, not by the template (as in Search-R1)."""
+        return self.template.encode(self.render_prompt_text(messages, tools))
+
+    def render_prompt_text(self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec] = ()) -> str:
         if self.instruction and (not messages or messages[0].get("role") != "system"):
             messages = [{"role": "system", "content": self.instruction}, *messages]
-        return self.template.encode(self.template.render(messages, None, add_generation_prompt=True))
+        return self.template.render(messages, None, add_generation_prompt=True)
 
     def parse(self, text: str, known_tools: Collection[str] | None = None) -> ParseResult:
         """Linear in `len(text)`; never raises."""

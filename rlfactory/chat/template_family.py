@@ -123,7 +123,10 @@ class TemplateToolManager:
 
     # -- ToolManager protocol --------------------------------------------------------------
     def render_prompt(self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec]) -> list[int]:
-        return self.template.encode(self.render_text(messages, tools, add_generation_prompt=True))
+        return self.template.encode(self.render_prompt_text(messages, tools))
+
+    def render_prompt_text(self, messages: list[dict[str, Any]], tools: Sequence[ToolSpec]) -> str:
+        return self.render_text(messages, tools, add_generation_prompt=True)
 
     def parse(self, text: str, known_tools: Collection[str] | None = None) -> ParseResult:
         if self.end_of_turn and text.endswith(self.end_of_turn):

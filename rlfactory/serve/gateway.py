@@ -42,13 +42,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rlfactory.chat.base import ParseResult, ToolCalls
+from rlfactory.chat.base import ParseResult, PromptTextRenderer, ToolCalls
 from rlfactory.config import SamplingConfig
 from rlfactory.chat.turns import parse_turn, turn_text
 from rlfactory.protocols import GenRequest, GenResult, GenerationUnavailable, Generator, KeepsSessions
 from rlfactory.generation.sampling import mix_seed
 from rlfactory.serve.gateway_api import (BadRequest, ChatRequest, completion, error_body, make_choice, parse_chat,
                                          stream_chunks, unmet_tool_choice)
+from rlfactory.serve.gateway_prefix import KnownText, PrefixEncoder
 from rlfactory.serve.gateway_record import Episode
 
 
@@ -87,12 +88,13 @@ class Gateway:
     default and the cap of a call's `max_tokens`. `policy_version` is recorded on every model
     segment a generator does not report its own for (the trainer sets it before each rollout).
     `tool_choice_retries`: how many more times a turn is sampled when it does not do what a
-    `tool_choice` of required or a named function asks (gateway_api.py).
+    `tool_choice` of required or a named function asks (gateway_api.py). `verify_prefix`: how many
+    prompts encoded by reusing known ids are checked against a full encode (True: all).
     """
 
     def __init__(self, generator: Generator, tool_manager: Any, tokenizer: Any, *, model_name: str = "rlfactory",
                  max_new_tokens: int = 512, context: int = 0, open_episodes: bool = False,
-                 policy_version: int = 0, tool_choice_retries: int = 3) -> None:
+                 policy_version: int = 0, tool_choice_retries: int = 3, verify_prefix: int | bool = 16) -> None:
         self.generator = generator
         self.tool_manager = tool_manager
         self.tokenizer = tokenizer
@@ -107,6 +109,11 @@ class Gateway:
         logprobs must be those the trainer corrects for. None: each request's temperature/top_p."""
         self.stats = GatewayStats()
         self.episodes: dict[str, Episode] = {}
+        self.prefix = PrefixEncoder(tool_manager.template.encode, tokenizer, verify_prefix) \
+            if isinstance(tool_manager, PromptTextRenderer) else None
+        """Encodes each prompt reusing the ids of the episode's previous prompt and of the latest
+        prompt of any episode (gateway_prefix.py); None: the family renders ids only."""
+        self._latest: KnownText | None = None
         self.stop_ids = list(tool_manager.stop_token_ids())
         self.stop_strings = list(tool_manager.stop_strings())
         self.stop_texts = {i: self.decode([i]) for i in self.stop_ids}
@@ -173,7 +180,7 @@ class Gateway:
         tm = self.tool_manager
         try:
             # tool_choice none: the tools are not shown (vLLM's --exclude-tools-when-tool-choice-none)
-            prompt = list(tm.render_prompt(request.messages, [] if request.tool_choice == "none" else request.tools))
+            prompt = self._render(episode, request.messages, [] if request.tool_choice == "none" else request.tools)
         except (ValueError, TypeError, KeyError, TemplateError) as e:  # the template refusing these messages
             raise BadRequest(f"the chat template cannot render these messages: {type(e).__name__}: {e}"[:500]) from None
         max_new = min(request.max_tokens or self.max_new_tokens, self.max_new_tokens)
@@ -226,6 +233,16 @@ class Gateway:
         extra = {"episode": episode.key, "samples": samples, "policy_version": self.policy_version,
                  "branched": match.index is None and match.branch is not None}
         return request, {**extra, "prompt_tokens": len(prompt)}, choices
+
+    def _render(self, episode: Episode, messages: list[dict[str, Any]], tools: Sequence[Any]) -> list[int]:
+        """The prompt ids of `messages` + `tools`: the family's `render_prompt`, with the text
+        encoded only past what this episode's previous prompt or the latest one shares with it."""
+        if self.prefix is None:
+            return list(self.tool_manager.render_prompt(messages, tools))
+        text = self.tool_manager.render_prompt_text(messages, tools)
+        known = self.prefix.encode(text, (episode.prompt_text, self._latest))
+        episode.prompt_text = self._latest = known
+        return list(known.ids)
 
     async def _meet_tool_choice(self, request: ChatRequest, result: GenResult, text: str, parsed: ParseResult,
                                 submit: Callable[[int], Any]) -> tuple[GenResult, str, ParseResult, float]:

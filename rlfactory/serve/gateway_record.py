@@ -78,6 +78,9 @@ class Episode:
         self.gen_s = 0.0
         self.started = time.perf_counter()
         self.closed = False
+        self.prompt_text: Any = None
+        """The last call's prompt as text with its ids (a gateway_prefix.KnownText): the next call
+        encodes only what follows the part of it that they share."""
         self._last: int | None = None  # the sample the last call continued or started
 
     def match(self, prompt: list[int]) -> Match:
