@@ -77,6 +77,11 @@ class VisionPrefill:
                 self._pixels.popitem(last=False)
         return hit
 
+    def cache_bytes(self) -> int:
+        """Bytes of the pixel values (and grids) held in the cache now."""
+        with self._lock:
+            return sum(v.nbytes + g.nbytes for v, g in self._pixels.values())
+
     def check(self, model: Any, prompt: Sequence[int], images: Sequence[Image]) -> None:
         """Raise BadImageRequest (one line) unless `images` stand for exactly the image pads of
         `prompt`: before a request joins a batch, where a failing prefill would fail every row."""
