@@ -41,7 +41,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
-from rlfactory.config import SamplingConfig
+from rlfactory.config import ConfigError, SamplingConfig
 from rlfactory.images import Image
 from rlfactory.protocols import GenRequest
 
@@ -53,8 +53,9 @@ class MalformedResponse(ValueError):
     """A server answered 200 with a body that is not the documented shape."""
 
 
-class ImagesNotCarried(ValueError):
-    """A request holds images that the configured server API cannot carry with token ids."""
+class ImagesNotCarried(ConfigError):
+    """A request holds images that the configured server API cannot carry with token ids (a
+    config error: `rlfactory` commands print it as one line)."""
 
 
 VLLM_NO_IMAGES = ("generator.api: vllm cannot send images with token-id prompts (vLLM's /v1/completions has no "

@@ -108,6 +108,25 @@ def test_vllm_api_refuses_images_in_one_line_before_sending_anything():
     assert rec.bodies == []
 
 
+def test_rollout_command_with_api_vllm_on_image_prompts_is_a_one_line_config_error(tmp_path, capsys):
+    import yaml
+
+    from rlfactory.cli.main import main
+
+    rec = Recorder()
+    with rec.thread:
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "model": {"path": "tiny-vl:1m"}, "env": {"name": "visual", "options": {"n_train": 2, "n_test": 2}},
+            "rollout": {"max_turns": 2, "max_new_tokens": 8, "max_total_tokens": 1024},
+            "generator": {"backend": "server", "api": "vllm", "urls": [rec.thread.url]},
+            "trainer": {"run_dir": str(tmp_path / "run"), "progress": False}}))
+        code = main(["rollout", str(cfg), "--out", str(tmp_path / "out.jsonl"), "--limit", "1", "--no-reward"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and rec.bodies == []
+    assert err[-1].startswith("rlfactory: config error: generator.api: vllm cannot send images"), err[-3:]
+
+
 # ---- rlfactory serve of tiny-vl ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
