@@ -12,7 +12,8 @@ by an ordinary text token (seeded random ids) and no images: same length, same t
 number of generated tokens; only the pictures differ.
 
 Figures, all measured in this run (the fastest of --repeats runs each, modes alternating; every
-run's seconds are printed too, with the generator's busy seconds and the collate's share):
+run's seconds are printed too, with the generator's busy seconds, the collate's share and the
+vision tower's forward seconds (hooks on it; its backward is not split out)):
   rollout tokens/s        trajectory tokens (prompt + observations + generated) / wall seconds of
                           the concurrent 3-turn rollout; and generated tokens / wall; image / text
   training tokens/s       trajectory tokens / seconds of one update's work on the rollout's
@@ -38,7 +39,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from PIL import Image as PILImage
@@ -111,6 +112,33 @@ async def roll(gen: LocalGenerator, plan: Plan, k: int, new_tokens: int) -> Traj
     return Trajectory(f"t{k}-0", f"t{k}", segments=segments)
 
 
+class EncoderWatch:
+    """Counts the vision tower's forwards, the images they cover and their seconds (a `with` block)."""
+
+    def __init__(self, model) -> None:
+        self.visual, self.grids, self.seconds, self._t0 = model.model.visual, [], 0.0, 0.0
+
+    def __enter__(self) -> "EncoderWatch":
+        def before(m, args, kwargs):
+            self._t0 = time.perf_counter()
+
+        def after(m, args, kwargs, out):
+            self.seconds += time.perf_counter() - self._t0
+            self.grids.append(kwargs["grid_thw"])
+
+        self._hooks = [self.visual.register_forward_pre_hook(before, with_kwargs=True),
+                       self.visual.register_forward_hook(after, with_kwargs=True)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self._hooks:
+            h.remove()
+
+    @property
+    def images(self) -> int:
+        return sum(len(g) for g in self.grids)
+
+
 @dataclass
 class Rollout:
     trajs: list[Trajectory]
@@ -118,43 +146,43 @@ class Rollout:
     stats: dict[str, float]
     encoder_calls: int
     encoded_images: int
+    encoder_s: float
     cache_bytes: int
 
 
 def rollout(model, tm, pad_id: int, batch_plans: list[Plan], new_tokens: int) -> Rollout:
     gen = LocalGenerator(model, pad_id, pixels=tm, seed=0)
-    grids: list[torch.Tensor] = []
-    hook = model.model.visual.register_forward_hook(lambda m, a, kw, out: grids.append(kw["grid_thw"]), with_kwargs=True)
 
     async def main():
         return await asyncio.gather(*(roll(gen, p, k, new_tokens) for k, p in enumerate(batch_plans)))
 
     try:
-        t0 = time.perf_counter()
-        trajs = asyncio.run(main())
-        wall = time.perf_counter() - t0
+        with EncoderWatch(model) as enc:
+            t0 = time.perf_counter()
+            trajs = asyncio.run(main())
+            wall = time.perf_counter() - t0
     finally:
-        hook.remove()
         gen.close()
     cached = gen.loop.prefill.vision.cache_bytes() if gen.loop.prefill.vision is not None else 0
-    return Rollout(list(trajs), wall, dict(gen.stats), len(grids), sum(len(g) for g in grids), cached)
+    return Rollout(list(trajs), wall, dict(gen.stats), len(enc.grids), enc.images, enc.seconds, cached)
 
 
-def train_pass(model, tm, pad_id: int, trajs: list[Trajectory], micro: int) -> tuple[float, float, TrainBatch]:
-    """(seconds of collate + forward with gradients + backward over `trajs`, of collate alone, the
-    batch); the gradients are dropped."""
+def train_pass(model, tm, pad_id: int, trajs: list[Trajectory], micro: int) -> tuple[float, float, float, TrainBatch]:
+    """(seconds of collate + forward with gradients + backward over `trajs`, of collate alone, of
+    the vision tower's forwards, the batch); the gradients are dropped."""
     model.train()
     t0 = time.perf_counter()
     batch = collate(trajs, pad_id, pixels=tm)
     collate_s = time.perf_counter() - t0
-    for idx in micro_batches(torch.arange(len(batch)), micro):
-        mb = batch.select(idx)
-        logp, _ = policy_forward(model, mb)
-        (-(logp * mb.loss_mask).sum() / max(float(mb.loss_mask.sum()), 1.0)).backward()
+    with EncoderWatch(model) as enc:
+        for idx in micro_batches(torch.arange(len(batch)), micro):
+            mb = batch.select(idx)
+            logp, _ = policy_forward(model, mb)
+            (-(logp * mb.loss_mask).sum() / max(float(mb.loss_mask.sum()), 1.0)).backward()
     seconds = time.perf_counter() - t0
     model.zero_grad(set_to_none=True)
     model.eval()
-    return seconds, collate_s, batch
+    return seconds, collate_s, enc.seconds, batch
 
 
 def pixel_bytes(batch: TrainBatch) -> int:
@@ -208,15 +236,16 @@ def main() -> int:
     rollout(model, tm, pad_id, image_plans[:4], 4)  # warm-up (first forwards, allocator)
     rollout(model, tm, pad_id, text_plans[:4], 4)
     rolls: dict[str, list[Rollout]] = {"image": [], "text": []}
-    trains: dict[str, list[tuple[float, float, TrainBatch]]] = {"image": [], "text": []}
+    trains: dict[str, list[tuple[float, float, float, TrainBatch]]] = {"image": [], "text": []}
     for rep in range(args.repeats):
         for mode, batch_plans in (("image", image_plans), ("text", text_plans)):
             r = rollout(model, tm, pad_id, batch_plans, args.new_tokens)
-            train_s, collate_s, batch = train_pass(model, tm, pad_id, r.trajs, args.micro_batch)
+            train_s, collate_s, enc_s, batch = train_pass(model, tm, pad_id, r.trajs, args.micro_batch)
             print(f"  [{rep + 1}/{args.repeats}] {mode:5s} rollout {r.wall_s:6.2f} s (generator busy "
-                  f"{r.stats['busy_s']:.2f} s), training {train_s:6.2f} s (collate {collate_s:.2f} s)")
+                  f"{r.stats['busy_s']:.2f} s, vision encoder {r.encoder_s:.2f} s), training {train_s:6.2f} s "
+                  f"(collate {collate_s:.2f} s, vision encoder forwards {enc_s:.2f} s)")
             rolls[mode].append(r)
-            trains[mode].append((train_s, collate_s, batch))
+            trains[mode].append((train_s, collate_s, enc_s, batch))
     best = {m: (min(rolls[m], key=lambda r: r.wall_s), *min(trains[m], key=lambda x: x[0])) for m in rolls}
 
     print()
@@ -224,7 +253,7 @@ def main() -> int:
           f"{'train s':>8s} {'train tok/s':>12s} {'decode steps':>13s} {'prefills':>9s}")
     rates = {}
     for mode in ("image", "text"):
-        r, train_s, _, batch = best[mode]
+        r, train_s, _, _, batch = best[mode]
         all_tok, gen_tok = tokens(r.trajs)
         rates[mode] = (all_tok / r.wall_s, gen_tok / r.wall_s, batch.num_tokens() / train_s)
         print(f"{mode:6s} {all_tok:9d} {gen_tok:8d} {r.wall_s:10.2f} {rates[mode][0]:9.0f} {rates[mode][1]:10.0f} "
@@ -234,11 +263,11 @@ def main() -> int:
     print(f"image / text: rollout tokens/s {ri[0] / rt[0]:.2f}x (generated tokens/s {ri[1] / rt[1]:.2f}x), "
           f"training tokens/s {ri[2] / rt[2]:.2f}x")
 
-    r, _, _, batch = best["image"]
+    r, _, _, _, batch = best["image"]
     px, tk = pixel_bytes(batch), token_bytes(batch)
     print(f"pixel memory per step: the training batch holds {px / 2**20:.2f} MiB of pixel values for {n_images} images "
           f"({px / n_images / 2**10:.1f} KiB per image; its token tensors: {tk / 2**20:.2f} MiB; text twin's pixels: "
-          f"{pixel_bytes(best['text'][3])} B); the generator's pixel cache after the rollout: {r.cache_bytes / 2**20:.2f} MiB")
+          f"{pixel_bytes(best['text'][4])} B); the generator's pixel cache after the rollout: {r.cache_bytes / 2**20:.2f} MiB")
     image_turns = sum(1 for t in r.trajs for s in t.segments if s.images)
     print(f"vision encoder in the rollout: {r.encoder_calls} forwards covering {r.encoded_images} images, for "
           f"{n_images} images in {image_turns} image-bearing segments; {int(r.stats['steps'])} decode steps "
