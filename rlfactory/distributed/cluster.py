@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeVar
 
 from rlfactory.config import RayConfig
 
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
-def require_ray() -> Any:
+A = TypeVar("A")  # the class an actor runs (ToolPool, RolloutWorker)
+
+
+def require_ray() -> ModuleType:
     """The `ray` module, or an ImportError that says how to install it."""
     try:
         import ray
@@ -43,7 +50,7 @@ def actor_died_errors() -> tuple[type[BaseException], ...]:
     return (RayActorError, ActorUnavailableError)
 
 
-async def end_actors(actors: list[Any], timeout_s: float = 30.0) -> None:
+async def end_actors(actors: Sequence[ActorHandle[A]], timeout_s: float = 30.0) -> None:
     """End each actor (`ray.kill`, no restart) and wait, up to timeout_s, until Ray reports it
     dead, so that its process is gone before the caller goes on (or disconnects)."""
     import asyncio
@@ -58,7 +65,7 @@ async def end_actors(actors: list[Any], timeout_s: float = 30.0) -> None:
             pass
     deadline = time.monotonic() + timeout_s
 
-    async def dead(actor: Any) -> None:
+    async def dead(actor: ActorHandle[A]) -> None:
         while time.monotonic() < deadline:
             try:
                 await asyncio.wait_for(actor.__ray_ready__.remote(), max(0.1, deadline - time.monotonic()))

@@ -26,7 +26,7 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -43,6 +43,9 @@ from rlfactory.train.checkpoint import (
 )
 from rlfactory.train.logprobs import PolicyModule, decoder_and_head
 from rlfactory.train.model import load_full_weights
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 T = TypeVar("T")
 
@@ -134,7 +137,7 @@ class FsdpLearner:
         return list(items[self.rank * k:(self.rank + 1) * k])
 
     def gather(self, items: list[T]) -> list[T]:
-        parts: list[Any] = [None] * self.world_size
+        parts: list[list[T]] = [[] for _ in range(self.world_size)]
         dist.all_gather_object(parts, items)
         parts[self.rank] = items
         return [x for part in parts for x in part]
@@ -171,15 +174,17 @@ class FsdpLearner:
     @torch.no_grad()
     def sync_replica(self, learner: nn.Module, replica: nn.Module) -> None:
         """Gather each sharded parameter in full (every rank) and copy it into the replica."""
+        from torch.distributed.tensor import DTensor
+
         mine = dict(replica.named_parameters())
         for name, p in learner.named_parameters():
-            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            full = p.full_tensor() if isinstance(p, DTensor) else p
             mine[name.removeprefix("model.")].copy_(full)
 
     # ---- checkpoints ------------------------------------------------------------------------
 
     def save_checkpoint(self, run_dir: str | Path, meta: CheckpointMeta, learner: nn.Module, replica: nn.Module,
-                        tokenizer: Any, optimizer: torch.optim.Optimizer, trainer_state: dict[str, Any],
+                        tokenizer: PreTrainedTokenizerBase, optimizer: torch.optim.Optimizer, trainer_state: dict[str, Any],
                         keep_last: int) -> Path:
         """Write checkpoint `meta.step` (see the module docstring); every rank calls it."""
         import torch.distributed.checkpoint as dcp

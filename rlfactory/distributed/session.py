@@ -15,15 +15,16 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator, Literal, Sequence
 
 from rlfactory.distributed.cluster import connect_cluster, require_ray
 from rlfactory.distributed.engine import RayRolloutEngine
-from rlfactory.distributed.tool_pool import close_pools, pool_connector, start_pools
+from rlfactory.distributed.tool_pool import ToolPool, close_pools, pool_connector, start_pools
 from rlfactory.distributed.weights import RayWeightSync
 from rlfactory.distributed.workers import WorkerSet
 
 if TYPE_CHECKING:
+    from ray.actor import ActorHandle
     from torch import nn
     from transformers import PreTrainedTokenizerBase
 
@@ -51,7 +52,7 @@ class RaySession:
     weight_sync: WeightSync | None
     """RayWeightSync (embedded workers), or the generation servers' WeightSync (None: no sync)."""
     workers: WorkerSet
-    pools: list[Any] = field(default_factory=list)
+    pools: list[ActorHandle[ToolPool]] = field(default_factory=list)
     """The tool-pool actors' Ray handles."""
     reward: Reward | None = None
     """The run's reward (built by the driver's open_rollout; None when not asked for)."""
@@ -59,10 +60,11 @@ class RaySession:
 
 @contextlib.asynccontextmanager
 async def open_ray_rollout(cfg: RunConfig, *, logits_processor: str | None = None,
-                           **checks: Any) -> AsyncIterator[RaySession]:
+                           reward_mode: Literal["optional", "required", "off"] = "optional",
+                           check_splits: Sequence[str] = ()) -> AsyncIterator[RaySession]:
     """A RaySession for `cfg` (a RunConfig; see the module doc). `logits_processor`: a
     `module:factory` whose `factory(tokenizer)` every worker installs on its generator (a
-    ScriptedPolicy for tests and benchmarks). `checks` (reward_mode, check_splits) go to the
+    ScriptedPolicy for tests and benchmarks). `reward_mode` and `check_splits` go to the
     driver's open_rollout: the env, tools, reward and data are checked before any worker starts."""
     from rlfactory.train.session import open_rollout
     from rlfactory.train.weight_sync import make_weight_sync
@@ -71,10 +73,11 @@ async def open_ray_rollout(cfg: RunConfig, *, logits_processor: str | None = Non
     on_servers = cfg.generator.backend == "server"
     joined = connect_cluster(cfg.ray)
     sys_path = list(sys.path)  # so workers import what the driver can (tools and envs next to the config)
-    pools: list[Any] = []
+    pools: list[ActorHandle[ToolPool]] = []
     try:
         pools = start_pools(cfg.ray.tool_pools, sys_path)
-        async with open_rollout(cfg, connect_server=pool_connector(pools[0]), **checks) as local:
+        async with open_rollout(cfg, connect_server=pool_connector(pools[0]), reward_mode=reward_mode,
+                                check_splits=check_splits) as local:
             workers = WorkerSet(cfg, pools, sys_path, logits_processor, load_policy=not on_servers)
             try:
                 await workers.start()

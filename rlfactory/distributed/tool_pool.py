@@ -21,11 +21,16 @@ import asyncio
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rlfactory.tools.base import CRASHED, ToolResult, TransportError
-from rlfactory.tools.mcp_client import SupervisionPolicy, connect
+from rlfactory.tools.mcp_client import CallTrace, ServerConnection, ServerPool, SupervisionPolicy, connect
 from rlfactory.tools.mcp_config import ServerConfig
+
+if TYPE_CHECKING:
+    import mcp_types
+    from ray.actor import ActorHandle
 
 
 @dataclass
@@ -54,12 +59,12 @@ class ToolPool:
             if entry not in sys.path:
                 sys.path.insert(0, entry)
         self.index = index
-        self._conns: dict[str, Any] = {}
+        self._conns: dict[str, ServerConnection | ServerPool] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.calls_started = 0
         self.in_flight = 0
 
-    async def start(self, name: str, cfg: ServerConfig, policy: SupervisionPolicy) -> list[Any]:
+    async def start(self, name: str, cfg: ServerConfig, policy: SupervisionPolicy) -> list[mcp_types.Tool]:
         """Start server `name` (once per distinct config) and return its MCP tool list."""
         key = server_key(name, cfg)
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -105,10 +110,11 @@ class PoolConnection:
     """A worker's connection to one MCP server that runs in a ToolPool actor (see the module doc).
     Has the members a ToolRunner uses of a `ServerConnection`."""
 
-    def __init__(self, name: str, cfg: ServerConfig, policy: SupervisionPolicy, pool: Any) -> None:
+    def __init__(self, name: str, cfg: ServerConfig, policy: SupervisionPolicy,
+                 pool: ActorHandle[ToolPool]) -> None:
         self.name, self.cfg, self.policy, self.pool = name, cfg, policy, pool
         self.key = server_key(name, cfg)
-        self.tools: list[Any] = []
+        self.tools: list[mcp_types.Tool] = []
         self.limiter = None  # the server's limit is kept by the pool, over all workers
         self.restarts = 0
         self.pid = None
@@ -120,7 +126,7 @@ class PoolConnection:
     def pids(self) -> dict[str, int]:
         return {}  # the processes belong to the pool actor
 
-    async def start(self) -> list[Any]:
+    async def start(self) -> list[mcp_types.Tool]:
         from rlfactory.distributed.cluster import actor_died_errors
 
         try:
@@ -129,7 +135,7 @@ class PoolConnection:
             raise TransportError(f"the tool pool running MCP server {self.name!r} is unreachable: {e}") from e
         return self.tools
 
-    async def call(self, tool: str, arguments: dict[str, Any], trace: Any = None) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], trace: CallTrace | None = None) -> ToolResult:
         """Call `tool` on the pool's server. `trace` (the runner's CallTrace) is left without a
         connection: the pool's own connection watches the server, so a call that outlives its
         timeout here is an ordinary `timeout`, not `unresponsive`."""
@@ -163,7 +169,7 @@ class PoolConnection:
         pass
 
 
-def pool_connector(pool: Any):
+def pool_connector(pool: ActorHandle[ToolPool]) -> Callable[[str, ServerConfig, SupervisionPolicy], PoolConnection]:
     """A ToolRunner `connect_server` that reaches every MCP server through `pool`."""
 
     def connect_through_pool(name: str, cfg: ServerConfig, policy: SupervisionPolicy) -> PoolConnection:
@@ -172,7 +178,7 @@ def pool_connector(pool: Any):
     return connect_through_pool
 
 
-def start_pools(count: int, sys_path: list[str]) -> list[Any]:
+def start_pools(count: int, sys_path: list[str]) -> list[ActorHandle[ToolPool]]:
     """`count` ToolPool actors (no CPU reserved: they wait on servers; restarted by Ray if they die)."""
     import ray
 
@@ -180,7 +186,7 @@ def start_pools(count: int, sys_path: list[str]) -> list[Any]:
     return [actor.remote(i, sys_path) for i in range(count)]
 
 
-async def close_pools(pools: list[Any], timeout_s: float = 30.0) -> None:
+async def close_pools(pools: list[ActorHandle[ToolPool]], timeout_s: float = 30.0) -> None:
     """Stop the pools' servers politely, then end the actors."""
     from rlfactory.distributed.cluster import end_actors
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import numpy as np
 import torch
@@ -24,8 +24,11 @@ from torch import nn
 from rlfactory.protocols import WEIGHT_SYNC_MB, WEIGHT_SYNC_SECONDS
 from rlfactory.train.policy_weights import policy_tensors
 
+if TYPE_CHECKING:
+    from ray import ObjectRef
 
-def policy_state(policy: nn.Module) -> dict[str, np.ndarray | Bf16Bits]:
+
+def policy_state(policy: nn.Module) -> WireState:
     """The generation weights of `policy` by parameter name, as CPU numpy arrays (see to_wire).
     A peft LoRA model is merged for the copy and left as it was."""
     return {name: to_wire(t) for name, t in policy_tensors(policy, cpu=False).items()}
@@ -46,6 +49,10 @@ def to_wire(t: torch.Tensor) -> np.ndarray | Bf16Bits:
     return t.numpy()
 
 
+WireState: TypeAlias = dict[str, np.ndarray | Bf16Bits]
+"""The policy's weights by parameter name as they travel through the object store (see to_wire)."""
+
+
 def from_wire(a: np.ndarray | Bf16Bits | torch.Tensor) -> torch.Tensor:
     """Inverse of to_wire (a torch tensor passes through)."""
     if isinstance(a, torch.Tensor):
@@ -55,15 +62,22 @@ def from_wire(a: np.ndarray | Bf16Bits | torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.array(a))
 
 
-def wire_bytes(state: dict[str, np.ndarray | Bf16Bits]) -> int:
+def wire_bytes(state: WireState) -> int:
     return sum((a.bits if isinstance(a, Bf16Bits) else a).nbytes for a in state.values())
+
+
+class LoadsWeights(Protocol):
+    """What RayWeightSync needs of its workers (workers.WorkerSet offers it; named here so that this
+    module does not import the worker set, which imports it)."""
+
+    async def load_weights(self, ref: ObjectRef[WireState], version: int) -> None: ...
 
 
 class RayWeightSync:
     """Pushes the learner's weights to every rollout worker of `workers` (a WorkerSet); a
     `rlfactory.protocols.WeightSync`."""
 
-    def __init__(self, workers: Any) -> None:
+    def __init__(self, workers: LoadsWeights) -> None:
         self.workers = workers
         self.pushed: int | None = None
         """The last version every live worker was given."""

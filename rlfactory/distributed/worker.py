@@ -14,6 +14,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -25,7 +26,12 @@ from rlfactory.generation.weights import load_weights
 from rlfactory.trajectory import Trajectory
 
 if TYPE_CHECKING:
+    import numpy as np
+    from ray.actor import ActorHandle
+
     from rlfactory.config import RunConfig
+    from rlfactory.distributed.tool_pool import ToolPool
+    from rlfactory.distributed.weights import Bf16Bits, WireState
     from rlfactory.train.session import RolloutSession
 
 
@@ -33,7 +39,7 @@ class StaleWorker(RuntimeError):
     """A worker was asked to roll out a policy version it does not hold."""
 
 
-def load_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
+def load_state(model: torch.nn.Module, state: Mapping[str, np.ndarray | Bf16Bits | torch.Tensor]) -> None:
     """Copy `state` (name -> tensor or numpy array, see weights.policy_state) into `model`'s
     parameters in place. Every parameter must be given, and nothing else (WeightsMismatch)."""
     from rlfactory.distributed.weights import from_wire
@@ -45,7 +51,7 @@ class RolloutWorker:
     """Ray actor body (made remote by workers.WorkerSet). Methods are async: one event loop runs
     the engine, the generator's worker and the tool calls."""
 
-    def __init__(self, cfg: RunConfig, index: int, pool: Any, sys_path: list[str] | None = None,
+    def __init__(self, cfg: RunConfig, index: int, pool: ActorHandle[ToolPool], sys_path: list[str] | None = None,
                  logits_processor: str | None = None, load_policy: bool = True) -> None:
         for entry in reversed(sys_path or []):
             if entry not in sys.path:
@@ -58,7 +64,7 @@ class RolloutWorker:
         self.session: RolloutSession | None = None
         self._stack = contextlib.AsyncExitStack()
 
-    async def start(self, weights: dict[str, Any] | None = None, version: int = 0) -> dict[str, Any]:
+    async def start(self, weights: WireState | None = None, version: int = 0) -> dict[str, Any]:
         """Build the rollout session (model, tokenizer, env, tools through the pool) and load
         `weights` as `version` when given. Returns {"pid", "tools"}."""
         from rlfactory.distributed.tool_pool import pool_connector
@@ -75,7 +81,7 @@ class RolloutWorker:
             await self.load_weights(weights, version)
         return {"pid": os.getpid(), "tools": [s.name for s in self.session.runner.specs()]}
 
-    async def load_weights(self, weights: dict[str, Any], version: int) -> int:
+    async def load_weights(self, weights: WireState, version: int) -> int:
         """Load the policy's weights (the object-store copy the driver put) as `version`."""
         if self.session.model is None:
             raise RuntimeError(f"rollout worker {self.index} holds no model (its generator is a server)")

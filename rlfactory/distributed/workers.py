@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlfactory.distributed.cluster import actor_died_errors, end_actors
 from rlfactory.distributed.worker import RolloutWorker
 
 if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
+
     from rlfactory.config import RunConfig
+    from rlfactory.distributed.tool_pool import ToolPool
+    from rlfactory.distributed.weights import WireState
 
 
 class WorkerStartError(RuntimeError):
@@ -26,17 +31,18 @@ class WorkerStartError(RuntimeError):
 class WorkerSet:
     """`cfg.ray.rollout_workers` RolloutWorker actors (see the module doc)."""
 
-    def __init__(self, cfg: RunConfig, pools: list[Any], sys_path: list[str], logits_processor: str | None = None,
+    def __init__(self, cfg: RunConfig, pools: list[ActorHandle[ToolPool]], sys_path: list[str],
+                 logits_processor: str | None = None,
                  load_policy: bool = True) -> None:
         self.cfg, self.pools, self.sys_path = cfg, pools, sys_path
         self.logits_processor = logits_processor
         self.load_policy = load_policy
         rc = cfg.ray
         self.count = rc.rollout_workers
-        self.actors: list[Any] = [None] * self.count
+        self.actors: list[ActorHandle[RolloutWorker] | None] = [None] * self.count
         self.pids: list[int | None] = [None] * self.count
         self.replacements = 0
-        self.weights: tuple[Any, int] | None = None  # (object ref, version) of the last push
+        self.weights: tuple[ObjectRef[WireState], int] | None = None  # (object ref, version) of the last push
         self._locks = [asyncio.Lock() for _ in range(self.count)]
         self._actor_class = None
 
@@ -57,11 +63,16 @@ class WorkerSet:
                       file=sys.stderr, flush=True)
         await asyncio.gather(*(self._start(i) for i in range(self.count)))
 
-    def actor(self, index: int) -> Any:
-        return self.actors[index]
+    def actor(self, index: int) -> ActorHandle[RolloutWorker]:
+        actor = self.actors[index]
+        if actor is None:
+            raise RuntimeError(f"rollout worker {index} is not running (the WorkerSet was not started, or is closed)")
+        return actor
 
-    async def replace(self, index: int, dead: Any, reason: str) -> Any:
-        """Replace worker `index` if it is still the actor `dead`; returns the live actor."""
+    async def replace(self, index: int, dead: ActorHandle[RolloutWorker],
+                      reason: str) -> ActorHandle[RolloutWorker] | None:
+        """Replace worker `index` if it is still the actor `dead`; returns the live actor (None when
+        the set was closed meanwhile)."""
         async with self._locks[index]:
             if self.actors[index] is not dead:
                 return self.actors[index]  # another caller replaced it already
@@ -71,13 +82,13 @@ class WorkerSet:
             self.replacements += 1
             return await self._start_locked(index)
 
-    async def load_weights(self, ref: Any, version: int) -> None:
+    async def load_weights(self, ref: ObjectRef[WireState], version: int) -> None:
         """Every worker loads the weights `ref` as `version`; a worker that died meanwhile is
         replaced (and its replacement starts from these weights)."""
         self.weights = (ref, version)
 
         async def one(i: int) -> None:
-            actor = self.actors[i]
+            actor = self.actor(i)
             try:
                 await actor.load_weights.remote(ref, version)
             except actor_died_errors() as e:
@@ -97,11 +108,11 @@ class WorkerSet:
 
     # ---- starting ---------------------------------------------------------------------------
 
-    async def _start(self, index: int) -> Any:
+    async def _start(self, index: int) -> ActorHandle[RolloutWorker]:
         async with self._locks[index]:
             return await self._start_locked(index)
 
-    async def _start_locked(self, index: int) -> Any:
+    async def _start_locked(self, index: int) -> ActorHandle[RolloutWorker]:
         import ray
 
         rc = self.cfg.ray
@@ -126,7 +137,7 @@ class WorkerSet:
         return actor
 
 
-def _kill(actor: Any) -> None:
+def _kill(actor: ActorHandle[RolloutWorker]) -> None:
     import ray
 
     try:
@@ -137,5 +148,7 @@ def _kill(actor: Any) -> None:
 
 def _cause(e: BaseException) -> str:
     """The worker-side exception of a Ray task error, in one line."""
-    cause = getattr(e, "cause", None) or e
+    from ray.exceptions import RayTaskError
+
+    cause = (e.cause if isinstance(e, RayTaskError) else None) or e
     return f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}"
