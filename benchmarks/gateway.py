@@ -7,13 +7,16 @@ untrained model write them, so both paths sample the same number of tokens per t
            transport `client.openai()` gives: the gateway's app called in process), the agent
            running `add` itself
   gw-tcp   the same over loopback TCP (AgentEngine(in_process=False): httpx pool -> uvicorn)
+  gw-full  the in-process gateway encoding every prompt in full (no prefix reuse: the baseline of
+           serve/gateway_prefix.py, for the in-gateway figure)
 All roll out ROWS trajectories at once; ROUNDS alternating rounds, medians reported.
 Prints trajectories/s of each, the ratio of wall times (target <= 1.3x), the gateway's added
 latency per call (in-gateway time outside generation: render, parse, record; target < 2 ms), and
 where the time went: the generator's decode steps, their mean batch and its prefills (staggered
 requests would show as more steps of smaller batches), its busy seconds, and the CPU seconds of
 the generation thread and of the event loop thread (engine or agents, HTTP and gateway), which
-share the GIL (thread CPU read from /proc: Linux).
+share the GIL (thread CPU read from /proc: Linux), the garbage collector's seconds, and the share
+of prompt characters the gateway gave the tokenizer (the rest reused from known prompts).
 
     .venv/bin/python benchmarks/gateway.py [--rows 32] [--rounds 3]
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -54,6 +58,9 @@ class Diag:
     """CPU seconds of the generation thread"""
     loop_cpu_s: float
     """CPU seconds of the event loop thread (engine or agents + HTTP + gateway, and tools)"""
+    gc_s: float = 0.0
+    """wall seconds in Python's garbage collector (any thread), and its full collections"""
+    gc_full: int = 0
 
     @property
     def mean_batch(self) -> float:
@@ -70,10 +77,34 @@ def thread_cpu(prefix: str) -> float:
     return 0.0
 
 
+class GcClock:
+    """Wall seconds spent in the garbage collector and how many full (generation 2) collections
+    ran, from gc.callbacks: a collection runs in whichever thread allocates, holding the GIL."""
+
+    def __init__(self) -> None:
+        self.seconds, self.full, self._t0 = 0.0, 0, 0.0
+        gc.callbacks.append(self._tick)
+
+    def _tick(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._t0
+            self.full += info["generation"] == 2
+
+    def take(self) -> tuple[float, int]:
+        out = (self.seconds, self.full)
+        self.seconds, self.full = 0.0, 0
+        return out
+
+
+GC = GcClock()
+
+
 def diag(gen, loop_cpu_s: float, requests: int) -> Diag:
     s = gen.stats
     return Diag(int(s["steps"]), int(s["prefills"]), requests, int(s["tokens"]) - requests, float(s["busy_s"]),
-                thread_cpu("rlfactory-gen"), loop_cpu_s)
+                thread_cpu("rlfactory-gen"), loop_cpu_s, *GC.take())
 
 
 def add(a: int, b: int) -> str:
@@ -99,6 +130,7 @@ async def native(model, tok, rows):
     engine = RolloutEngine(gen, tool_manager(tok), runner, PromptEnv(system="You add numbers with the add tool."),
                            RolloutConfig(max_new_tokens=64, max_total_tokens=2048, max_turns=4),
                            SamplingConfig(temperature=1.0))
+    GC.take()
     t0, c0 = time.perf_counter(), time.thread_time()
     trajs = await engine.run(rows, 1)
     wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
@@ -114,14 +146,21 @@ async def gateway_tcp(model, tok, rows):
     return await gateway(model, tok, rows, in_process=False)
 
 
-async def gateway(model, tok, rows, in_process: bool = True):
+async def gateway_full_encode(model, tok, rows):
+    return await gateway(model, tok, rows, reuse=False)
+
+
+async def gateway(model, tok, rows, in_process: bool = True, reuse: bool = True):
     import openai_agent
     from gateway_fixtures import serving
 
     from rlfactory.train.gateway_agents import AgentEngine
 
     async with serving(model, tok) as gw:
+        if not reuse:
+            gw.prefix = None  # every prompt encoded in full (the baseline of the prefix reuse)
         engine = AgentEngine(gw, openai_agent.agent, openai_agent.reward, timeout_s=600, in_process=in_process)
+        GC.take()
         t0, c0 = time.perf_counter(), time.thread_time()
         trajs = await engine.run(rows, 1)
         wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
@@ -130,7 +169,9 @@ async def gateway(model, tok, rows, in_process: bool = True):
         bad = [(t.status, t.error) for t in trajs if not (t.status == "ok" and t.reward == 1.0 and t.turns == 2)]
         assert not bad, bad
         stats = gw.stats.as_dict(0)
-        return wall, gw.stats.calls, (stats["overhead_ms_per_call"], stats["cpu_ms_per_call"]), d
+        p = gw.prefix.stats if gw.prefix is not None else None
+        encoded = p.encoded_chars / p.total_chars if p is not None and p.total_chars else 1.0
+        return wall, gw.stats.calls, (stats["overhead_ms_per_call"], stats["cpu_ms_per_call"], encoded), d
 
 
 def main() -> None:
@@ -149,9 +190,9 @@ def main() -> None:
     asyncio.run(native(model, tok, rows[:2]))  # warm-up: both paths' first-call costs
     asyncio.run(gateway(model, tok, rows[:2]))
     asyncio.run(gateway_tcp(model, tok, rows[:2]))
-    modes = {"native": native, "gateway": gateway, "gw-tcp": gateway_tcp}
+    modes = {"native": native, "gateway": gateway, "gw-tcp": gateway_tcp, "gw-full": gateway_full_encode}
     walls: dict[str, list[float]] = {name: [] for name in modes}
-    overheads, cpus = [], []
+    overheads, cpus, full_overheads, full_cpus = [], [], [], []
     diags: dict[str, list[Diag]] = {name: [] for name in modes}
     for r in range(args.rounds):
         for name, fn in modes.items():
@@ -162,13 +203,18 @@ def main() -> None:
             if cost is not None and name == "gateway":
                 overheads.append(cost[0])
                 cpus.append(cost[1])
+            if cost is not None and name == "gw-full":
+                full_overheads.append(cost[0])
+                full_cpus.append(cost[1])
             if cost is not None:
-                extra = f"  gateway per call: {cost[0]:.3f} ms wall, {cost[1]:.3f} ms CPU"
+                extra = (f"  gateway per call: {cost[0]:.3f} ms wall, {cost[1]:.3f} ms CPU; "
+                         f"{cost[2]:.0%} of prompt characters encoded")
             print(f"round {r + 1} {name:8s} {wall:6.2f} s  {args.rows / wall:6.2f} traj/s  ({calls} model calls)"
                   + extra, flush=True)
             print(f"        {d.steps} decode steps, mean batch {d.mean_batch:.1f}, {d.prefills} prefills; "
                   f"generator busy {d.busy_s:.2f} s; CPU s: generation thread {d.gen_cpu_s:.2f}, "
-                  f"event loop thread {d.loop_cpu_s:.2f}", flush=True)
+                  f"event loop thread {d.loop_cpu_s:.2f}; garbage collector {d.gc_s:.2f} s "
+                  f"({d.gc_full} full)", flush=True)
     n, g, gt = (statistics.median(walls[k]) for k in ("native", "gateway", "gw-tcp"))
     print(f"\nmedians over {args.rounds} rounds, {args.rows} trajectories each, tiny:1m, 1 torch thread:")
     print(f"  native env        {n:6.2f} s  {args.rows / n:6.2f} traj/s")
@@ -180,9 +226,12 @@ def main() -> None:
         med = lambda f: statistics.median(f(d) for d in ds)  # noqa: E731
         print(f"  {name:8s} decode steps {med(lambda d: d.steps):.0f}, mean batch {med(lambda d: d.mean_batch):.1f}, "
               f"prefills {med(lambda d: d.prefills):.0f}, generator busy {med(lambda d: d.busy_s):.2f} s, "
-              f"CPU s: generation thread {med(lambda d: d.gen_cpu_s):.2f}, event loop {med(lambda d: d.loop_cpu_s):.2f}")
-    print(f"  gateway overhead per call (median of rounds): {statistics.median(overheads):.3f} ms wall "
-          f"(target < 2 ms), {statistics.median(cpus):.3f} ms CPU")
+              f"CPU s: generation thread {med(lambda d: d.gen_cpu_s):.2f}, event loop {med(lambda d: d.loop_cpu_s):.2f}, "
+              f"garbage collector {med(lambda d: d.gc_s):.2f} s")
+    o, c, fo, fc = (statistics.median(v) for v in (overheads, cpus, full_overheads, full_cpus))
+    print(f"  gateway overhead per call (median of rounds): {o:.3f} ms wall (target < 2 ms), {c:.3f} ms CPU")
+    print(f"  the same with every prompt encoded in full (gw-full): {fo:.3f} ms wall, {fc:.3f} ms CPU; "
+          f"prefix reuse / full: {o / fo:.2f}x wall, {c / fc:.2f}x CPU")
 
 
 if __name__ == "__main__":

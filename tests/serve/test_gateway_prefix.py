@@ -115,16 +115,18 @@ def test_a_tokenizer_without_added_tokens_encodes_in_full():
 
 
 class Replies:
-    """A stand-in generator: each call's reply is the next text, as its tokenizer encodes it."""
+    """A stand-in generator (the real one: test_gateway_tiny.py): each call's reply is the next
+    text, as its tokenizer encodes it, ended by `end`; the prompts it was asked for are kept."""
 
-    def __init__(self, tok, texts):
-        self.tok, self.texts = tok, list(texts)
-        self.end = tok.convert_tokens_to_ids("<|im_end|>")
+    def __init__(self, tok, texts, end="<|im_end|>"):
+        self.tok, self.texts, self.prompts = tok, list(texts), []
+        self.end_text, self.end = end, tok.convert_tokens_to_ids(end)
 
     async def submit(self, request):
+        self.prompts.append(list(request.prompt_ids))
         text = self.texts.pop(0)
         ids = full(self.tok, text) + [self.end]
-        return GenResult(ids, [-0.1] * len(ids), "stop", text + "<|im_end|>", self.end)
+        return GenResult(ids, [-0.1] * len(ids), "stop", text + self.end_text, self.end)
 
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
@@ -160,3 +162,38 @@ def test_an_agents_second_call_encodes_only_its_new_turns_and_records_the_templa
     # model's turn, the tool result and the next header
     assert first_chars == len(first) and second_chars == len(last) - first.rindex("<|im_start|>")
     assert second_chars < first_chars / 3
+
+
+@pytest.mark.parametrize("tokenizer, family", [("tokenizer-qwen3", "qwen3"), ("tokenizer-qwen3", "template"),
+                                               ("tokenizer-llama3_1", "llama3"), ("tokenizer-qwen3", "searchr1")])
+def test_every_family_with_prompt_text_gets_the_ids_its_render_prompt_gives(tokenizer, family):
+    tok = npm_tokenizer(tokenizer)
+    tm = make_tool_manager(tok, family)
+    end = tok.convert_ids_to_tokens(tm.stop_token_ids()[0])
+    episodes = [[{"role": "system", "content": "You add numbers."}, {"role": "user", "content": f"Add {i} and 4."}]
+                for i in range(3)]
+    gen = Replies(tok, ["Let me add.\n\nok"] * 6, end)
+    gw = Gateway(gen, tm, tok, verify_prefix=True)
+    keys = [gw.open_episode() for _ in episodes]
+    sent = []
+
+    async def calls():
+        for turn in range(2):
+            for key, messages in zip(keys, episodes):
+                if turn:
+                    messages += [{"role": "assistant", "content": "Let me add.\n\nok"},
+                                 {"role": "user", "content": " \nnow  add 5"}]
+                sent.append([dict(m) for m in messages])
+                await gw.chat(key, {"model": "m", "messages": messages, "tools": TOOLS})
+
+    asyncio.run(calls())
+    assert gen.prompts == [tm.render_prompt(m, [_spec(t) for t in TOOLS]) for m in sent]
+    assert gw.prefix.enabled and gw.prefix.stats.verified == gw.prefix.stats.calls - 1  # all but the first reused
+    assert gw.prefix.stats.encoded_chars < gw.prefix.stats.total_chars * 0.7
+
+
+def _spec(tool):
+    from rlfactory.tools.base import ToolSpec
+
+    fn = tool["function"]
+    return ToolSpec(fn["name"], fn["description"], fn["parameters"])

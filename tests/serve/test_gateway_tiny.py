@@ -33,9 +33,11 @@ def test_openai_sdk_agent_records_exactly_the_templates_tokens(tiny):
             key = gw.open_episode({"id": "r0"})
             client = AsyncOpenAI(base_url=gw.base_url(), api_key=key, max_retries=0)
             answer, messages = await openai_agent.run_agent(client, "tiny", "Add 3 and 4.")
-            return answer, messages, gw.close_episode(key), gw.stats
+            return answer, messages, gw.close_episode(key), gw.stats, gw.prefix
 
-    answer, messages, episode, stats = asyncio.run(main())
+    answer, messages, episode, stats, prefix = asyncio.run(main())
+    # the second call reused the first prompt's ids (checked against a full encode: verify_prefix)
+    assert prefix.enabled and prefix.stats.reused_tokens > 0 and prefix.stats.verified == 1
     assert answer == "The answer is 7."
     assert messages[2]["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 3, "b": 4}'}
     (traj,) = episode.trajectories("r0", 0, "ok", 1.0)
