@@ -11,8 +11,8 @@ drives it. The text-only twin of a trajectory is the same token ids with every i
 by an ordinary text token (seeded random ids) and no images: same length, same turns, same
 number of generated tokens; only the pictures differ.
 
-Figures, all measured in this run (the fastest of --repeats runs each, modes alternating; every
-run's seconds are printed too, with the generator's busy seconds, the collate's share and the
+Figures, all measured in this run (the fastest of --repeats runs each, modes alternating, and the
+ratio of the medians; every run's seconds are printed too, with the generator's busy seconds, the collate's share and the
 vision tower's forward seconds (hooks on it; its backward is not split out)):
   rollout tokens/s        trajectory tokens (prompt + observations + generated) / wall seconds of
                           the concurrent 3-turn rollout; and generated tokens / wall; image / text
@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import os
 import platform
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -262,6 +263,12 @@ def main() -> int:
     ri, rt = rates["image"], rates["text"]
     print(f"image / text: rollout tokens/s {ri[0] / rt[0]:.2f}x (generated tokens/s {ri[1] / rt[1]:.2f}x), "
           f"training tokens/s {ri[2] / rt[2]:.2f}x")
+    med = {m: (statistics.median(r.wall_s for r in rolls[m]), statistics.median(t[0] for t in trains[m])) for m in rolls}
+    enc = statistics.median(r.encoder_s for r in rolls["image"]), statistics.median(t[2] for t in trains["image"])
+    print(f"image / text, medians of the {args.repeats} runs: rollout tokens/s {med['text'][0] / med['image'][0]:.2f}x, "
+          f"training tokens/s {med['text'][1] / med['image'][1]:.2f}x; the vision encoder's forwards took "
+          f"{enc[0]:.2f} s of the image rollout's {med['image'][0]:.2f} s and {enc[1]:.2f} s of its update's "
+          f"{med['image'][1]:.2f} s")
 
     r, _, _, _, batch = best["image"]
     px, tk = pixel_bytes(batch), token_bytes(batch)
