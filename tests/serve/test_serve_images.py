@@ -3,7 +3,8 @@
 checked against a recording HTTP server); vLLM's API cannot carry them, so `api: vllm` refuses in
 one line. `rlfactory serve` of tiny-vl reads `image_data` into the local generator's vision
 prefill: a real `rlfactory serve` process gives the same tokens and logprobs as the local
-generator, turn by turn and for a whole rollout of the visual env (zoomed pictures included).
+generator, turn by turn and for a whole rollout of the visual env (zoomed pictures included), and
+a GRPO step on it samples with the trainer's pixels and pushes the vision weights back.
 Bad image requests get a 400 naming the cause, and never fail the other requests of their batch."""
 
 from __future__ import annotations
@@ -290,3 +291,36 @@ def test_completions_and_text_models_take_no_images(vl, app_url, tiny):
     finally:
         served.close()
     assert r.status_code == 400 and "not a vision-language model" in r.json()["error"]["message"]
+
+
+def test_a_grpo_step_on_rlfactory_serve_samples_with_the_trainers_pixels_and_pushes_the_vision_weights(tmp_path):
+    """One GRPO step on the visual env with `generator.backend: server` (api sglang) against
+    `rlfactory serve tiny-vl:1m`: the server's logprobs of its sampled tokens are the trainer's
+    (same pixels, same M-RoPE positions), and the weight sync leaves the server with exactly the
+    learner's weights, vision tower included."""
+    from rlfactory.serve.weights import weights_digest
+    from rlfactory.train.loop import Trainer
+
+    with ServeProcess("tiny-vl:1m", ["--threads", "1", "--seed", "0"]) as proc:
+        cfg = RunConfig.model_validate({
+            "model": {"path": "tiny-vl:1m"}, "env": {"name": "visual", "options": {"n_train": 4, "n_test": 1}},
+            "rollout": {"max_turns": 2, "max_new_tokens": 16, "max_total_tokens": 1024, "mode": "async"},
+            "generator": {"backend": "server", "api": "sglang", "urls": [proc.url]},
+            "reward": {"terms": {"exact_match": 1.0, "scripted_visual:low_ids": 1.0}},  # varies: the update moves
+            "algo": {"group_size": 2}, "trainer": {"steps": 1, "prompts_per_step": 2, "lr": 1e-2,
+                                                   "run_dir": str(tmp_path / "run"), "progress": False}})
+
+        async def main():
+            async with open_rollout(cfg, reward_mode="required") as session:
+                trainer = Trainer(cfg, session, session.reward, load_env_data(session.env, "train"))
+                start = weights_digest(session.model)
+                metrics, trajs = await trainer.step(1)
+                return metrics, trajs, start, weights_digest(session.model)
+
+        metrics, trajs, start, learner = asyncio.run(main())
+        served = httpx.get(proc.url + "/weights_digest", timeout=60).json()
+    assert len(trajs) == 4 and all(t.status != "infra_error" and t.segments[0].images for t in trajs), \
+        [(t.status, t.error) for t in trajs]
+    assert metrics["mismatch/max_abs_diff"] < 1e-3, metrics
+    assert learner != start  # the update moved the weights
+    assert metrics["weight_sync/ok"] == 1 and served == {"sha256": learner, "policy_version": 1}
