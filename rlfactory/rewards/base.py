@@ -23,6 +23,7 @@ class RewardScore:
     an outcome-only reward. They do not enter `total`."""
 
 
+@runtime_checkable
 class Reward(Protocol):
     async def score(self, trajectory: Trajectory) -> RewardScore:
         """The reward of `trajectory` (never an `infra_error` one: see `is_scorable`)."""

@@ -23,7 +23,7 @@ class ComposedReward:
         for name, part in parts.items():
             if "/" in name:
                 raise ValueError(f"reward part name {name!r} must not contain '/'")
-            if not (isinstance(part, tuple) and len(part) == 2 and hasattr(part[0], "score")):
+            if not (isinstance(part, tuple) and len(part) == 2 and isinstance(part[0], Reward)):
                 raise ValueError(f"part {name!r} must be (reward, weight), got {part!r}")
         self.parts = {name: (reward, float(weight)) for name, (reward, weight) in parts.items()}
 

@@ -33,6 +33,8 @@ def test_composed_reward_reports_every_term_and_weights_totals():
         ComposedReward({"a/b": (rule, 1.0)})
     with pytest.raises(ValueError):
         ComposedReward({"a": rule})
+    with pytest.raises(ValueError, match="part 'a' must be \\(reward, weight\\)"):
+        ComposedReward({"a": (lambda t: 1.0, 1.0)})  # a function, not a Reward (no score)
 
 
 def test_build_reward_from_yaml_with_overrides(tmp_path):
