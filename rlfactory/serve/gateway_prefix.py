@@ -79,9 +79,12 @@ class PrefixEncoder:
 
     def encode(self, text: str, known: Sequence[KnownText | None] = ()) -> KnownText:
         """`text`'s ids, reusing the longest shared prefix with any of `known`."""
-        text, _ = valid_text(text)  # as the template's encode would: positions below are in this text
         self.stats.calls += 1
         self.stats.total_chars += len(text)
+        valid, replaced = valid_text(text)
+        if replaced:  # rare: `encode` replaces (and reports) them; positions below are in the valid text
+            self.stats.encoded_chars += len(text)
+            return self._known(valid, self._encode(text))
         best: tuple[int, int, KnownText] | None = None  # (characters reused, token index, known)
         if self.enabled:
             for k in known:

@@ -88,7 +88,12 @@ def test_lone_surrogates_are_replaced_as_the_template_encode_replaces_them(tok):
     enc = PrefixEncoder(tm.template.encode, tok, verify=True)
     prev = enc.encode(HEAD)
     text = HEAD + "half an emoji \ud83d<|im_end|>\n<|im_start|>user\npair \ud83d\ude00 ok<|im_end|>\n"
-    assert enc.encode(text, [prev]).ids == tm.template.encode(text) and enc.enabled
+    got = enc.encode(text, [prev])
+    assert got.ids == tm.template.encode(text) and enc.enabled
+    assert tm.template.replaced_chars == 2  # the lone half, counted (and logged) by the template encode: ours and the reference
+    # the text kept is the valid one: a later call extending it reuses its ids
+    more = got.text + "<|im_start|>assistant\n"
+    assert enc.encode(more, [got]).ids == tm.template.encode(more) and enc.stats.reused_tokens > 0
 
 
 def test_a_tokenizer_not_cut_at_its_added_tokens_is_caught_and_encoded_in_full(tok, caplog):
