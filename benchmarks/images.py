@@ -22,6 +22,8 @@ vision tower's forward seconds (hooks on it; its backward is not split out)):
   pixel memory per step   bytes of the pixel values the training batch holds (all rows' images,
                           alive for the whole update: its peak) and those the generator's pixel
                           cache holds after the rollout; beside the batch's token tensors
+  per CPU second          the same ratios in tokens per process CPU second (medians): the work
+                          itself, which other jobs on a shared machine disturb far less than wall time
   vision-encoder calls    forwards of the vision tower during the rollout and the images they
                           covered, against the trajectories' images, their image-bearing turns and
                           the decode steps: each image is encoded once, in the prefill of its turn
@@ -149,6 +151,9 @@ class Rollout:
     encoded_images: int
     encoder_s: float
     cache_bytes: int
+    cpu_s: float
+    """Process CPU seconds (all threads) of the rollout: the work, less sensitive than wall time
+    to other jobs on a shared machine."""
 
 
 def rollout(model, tm, pad_id: int, batch_plans: list[Plan], new_tokens: int) -> Rollout:
@@ -159,20 +164,21 @@ def rollout(model, tm, pad_id: int, batch_plans: list[Plan], new_tokens: int) ->
 
     try:
         with EncoderWatch(model) as enc:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             trajs = asyncio.run(main())
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         gen.close()
     cached = gen.loop.prefill.vision.cache_bytes() if gen.loop.prefill.vision is not None else 0
-    return Rollout(list(trajs), wall, dict(gen.stats), len(enc.grids), enc.images, enc.seconds, cached)
+    return Rollout(list(trajs), wall, dict(gen.stats), len(enc.grids), enc.images, enc.seconds, cached, cpu)
 
 
-def train_pass(model, tm, pad_id: int, trajs: list[Trajectory], micro: int) -> tuple[float, float, float, TrainBatch]:
+def train_pass(model, tm, pad_id: int, trajs: list[Trajectory], micro: int
+               ) -> tuple[float, float, float, TrainBatch, float]:
     """(seconds of collate + forward with gradients + backward over `trajs`, of collate alone, of
-    the vision tower's forwards, the batch); the gradients are dropped."""
+    the vision tower's forwards, the batch, process CPU seconds of it all); the gradients are dropped."""
     model.train()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     batch = collate(trajs, pad_id, pixels=tm)
     collate_s = time.perf_counter() - t0
     with EncoderWatch(model) as enc:
@@ -180,10 +186,10 @@ def train_pass(model, tm, pad_id: int, trajs: list[Trajectory], micro: int) -> t
             mb = batch.select(idx)
             logp, _ = policy_forward(model, mb)
             (-(logp * mb.loss_mask).sum() / max(float(mb.loss_mask.sum()), 1.0)).backward()
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     model.zero_grad(set_to_none=True)
     model.eval()
-    return seconds, collate_s, enc.seconds, batch
+    return seconds, collate_s, enc.seconds, batch, cpu
 
 
 def pixel_bytes(batch: TrainBatch) -> int:
@@ -237,16 +243,16 @@ def main() -> int:
     rollout(model, tm, pad_id, image_plans[:4], 4)  # warm-up (first forwards, allocator)
     rollout(model, tm, pad_id, text_plans[:4], 4)
     rolls: dict[str, list[Rollout]] = {"image": [], "text": []}
-    trains: dict[str, list[tuple[float, float, float, TrainBatch]]] = {"image": [], "text": []}
+    trains: dict[str, list[tuple[float, float, float, TrainBatch, float]]] = {"image": [], "text": []}
     for rep in range(args.repeats):
         for mode, batch_plans in (("image", image_plans), ("text", text_plans)):
             r = rollout(model, tm, pad_id, batch_plans, args.new_tokens)
-            train_s, collate_s, enc_s, batch = train_pass(model, tm, pad_id, r.trajs, args.micro_batch)
-            print(f"  [{rep + 1}/{args.repeats}] {mode:5s} rollout {r.wall_s:6.2f} s (generator busy "
-                  f"{r.stats['busy_s']:.2f} s, vision encoder {r.encoder_s:.2f} s), training {train_s:6.2f} s "
-                  f"(collate {collate_s:.2f} s, vision encoder forwards {enc_s:.2f} s)")
+            train_s, collate_s, enc_s, batch, train_cpu = train_pass(model, tm, pad_id, r.trajs, args.micro_batch)
+            print(f"  [{rep + 1}/{args.repeats}] {mode:5s} rollout {r.wall_s:5.2f} s (CPU {r.cpu_s:5.2f} s, generator "
+                  f"busy {r.stats['busy_s']:.2f} s, vision encoder {r.encoder_s:.2f} s), training {train_s:5.2f} s "
+                  f"(CPU {train_cpu:5.2f} s, collate {collate_s:.2f} s, vision encoder forwards {enc_s:.2f} s)")
             rolls[mode].append(r)
-            trains[mode].append((train_s, collate_s, enc_s, batch))
+            trains[mode].append((train_s, collate_s, enc_s, batch, train_cpu))
     best = {m: (min(rolls[m], key=lambda r: r.wall_s), *min(trains[m], key=lambda x: x[0])) for m in rolls}
 
     print()
@@ -254,7 +260,7 @@ def main() -> int:
           f"{'train s':>8s} {'train tok/s':>12s} {'decode steps':>13s} {'prefills':>9s}")
     rates = {}
     for mode in ("image", "text"):
-        r, train_s, _, _, batch = best[mode]
+        r, train_s, _, _, batch, _ = best[mode]
         all_tok, gen_tok = tokens(r.trajs)
         rates[mode] = (all_tok / r.wall_s, gen_tok / r.wall_s, batch.num_tokens() / train_s)
         print(f"{mode:6s} {all_tok:9d} {gen_tok:8d} {r.wall_s:10.2f} {rates[mode][0]:9.0f} {rates[mode][1]:10.0f} "
@@ -265,12 +271,15 @@ def main() -> int:
           f"training tokens/s {ri[2] / rt[2]:.2f}x")
     med = {m: (statistics.median(r.wall_s for r in rolls[m]), statistics.median(t[0] for t in trains[m])) for m in rolls}
     enc = statistics.median(r.encoder_s for r in rolls["image"]), statistics.median(t[2] for t in trains["image"])
+    cpu = {m: (statistics.median(r.cpu_s for r in rolls[m]), statistics.median(t[4] for t in trains[m])) for m in rolls}
+    print(f"image / text in tokens per CPU second (medians; the work, whatever else runs): rollout "
+          f"{cpu['text'][0] / cpu['image'][0]:.2f}x, training {cpu['text'][1] / cpu['image'][1]:.2f}x")
     print(f"image / text, medians of the {args.repeats} runs: rollout tokens/s {med['text'][0] / med['image'][0]:.2f}x, "
           f"training tokens/s {med['text'][1] / med['image'][1]:.2f}x; the vision encoder's forwards took "
           f"{enc[0]:.2f} s of the image rollout's {med['image'][0]:.2f} s and {enc[1]:.2f} s of its update's "
           f"{med['image'][1]:.2f} s")
 
-    r, _, _, _, batch = best["image"]
+    r, _, _, _, batch, _ = best["image"]
     px, tk = pixel_bytes(batch), token_bytes(batch)
     print(f"pixel memory per step: the training batch holds {px / 2**20:.2f} MiB of pixel values for {n_images} images "
           f"({px / n_images / 2**10:.1f} KiB per image; its token tensors: {tk / 2**20:.2f} MiB; text twin's pixels: "
