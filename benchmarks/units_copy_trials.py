@@ -8,10 +8,16 @@ solver, rendered by the chat template; loss on the assistant's turns, or on the 
 the first `full_text_steps`; AdamW, 10 warm-up steps, linear decay to 10%, as `rlfactory sft`)
 and answers seed-1's 100 test questions greedily in two turns (the call, then the answer after
 the tool text from unitconv.py, the function the server runs). Prints the share of calls with
-exactly the right arguments and of right answers. Jobs run in parallel processes, on CUDA when
-there is one (the figures in benchmarks/results/own_task.txt came from an H100).
+exactly the right arguments, of right answers, and of right answers among the calls with the right
+arguments (the answer-copy rate: the tool's number copied into `<answer>`), with a few failures.
+Jobs run in parallel processes, on CUDA when there is one (the first sweeps' figures in
+benchmarks/results/own_task.txt came from an H100).
 
     python benchmarks/units_copy_trials.py [JOB ...]
+    python benchmarks/units_copy_trials.py [--sft N] --model FOLDER   # an already built base
+    python benchmarks/units_copy_trials.py --sft 0 default             # the committed recipe, the guide's SFT
+
+`--sft N`: only the N-th of SFTS (0: the guide's 400 steps, 100 full-text, lr 2e-3).
 """
 
 from __future__ import annotations
@@ -40,22 +46,28 @@ TOOLS = [{"type": "function", "function": {"name": "convert", "description": "Co
                          "required": ["value", "from_unit", "to_unit"], "type": "object", "title": "convertArguments"}}}]
 SFTS = [dict(steps=400, full_text_steps=100, lr=2e-3), dict(steps=300, full_text_steps=100, lr=2e-3),
         dict(steps=300, full_text_steps=60, lr=2e-3, bs=12)]
-JOBS: dict[str, dict | None] = {"none": None}
+JOBS: dict[str, dict | None] = {"none": None, "default": {}}  # default: CopyRecipe() as committed
 JOBS.update({f"c{n}lr1s{s}": dict(steps=n, lr=1e-3, seed=s) for n in (900, 1200) for s in (0, 1, 2)})
 
 
 def demo_items(tok, demos):
-    """(token ids, loss mask on the assistant's turns) for each demonstration."""
+    """(token ids, loss mask on the model's turns) for each demonstration, rendered as `rlfactory sft`
+    renders it (rlfactory/train/sft.py, the qwen3 family: the final answer without the empty
+    `<think>` block that the chat template would put before it)."""
+    from rlfactory.chat.registry import make_tool_manager
+    from rlfactory.tools.base import ToolSpec
+    from rlfactory.train.sft import demo_to_trajectory
+
+    tm = make_tool_manager(tok, "qwen3")
+    spec = [ToolSpec(t["function"]["name"], t["function"]["description"], t["function"]["parameters"]) for t in TOOLS]
     items = []
-    for msgs in demos:
-        text = tok.apply_chat_template(msgs, tools=TOOLS, tokenize=False)
-        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        first = text.find("<|im_start|>assistant\n")
-        i = text.find("<tool_call>", first)
-        spans = [(i, text.find("<|im_end|>", i) + len("<|im_end|>"))]
-        i = text.rfind("<|im_start|>assistant\n") + len("<|im_start|>assistant\n")
-        spans.append((i, text.rfind("<|im_end|>") + len("<|im_end|>")))
-        items.append((enc["input_ids"], [int(any(a <= s < b for a, b in spans)) for s, _ in enc["offset_mapping"]]))
+    for i, msgs in enumerate(demos):
+        ids: list[int] = []
+        mask: list[int] = []
+        for seg in demo_to_trajectory(msgs, tm, spec, f"demo-{i}").segments:
+            ids += list(seg.token_ids)
+            mask += [int(seg.role == "model")] * len(seg.token_ids)
+        items.append((ids, mask))
     return items
 
 
@@ -98,27 +110,32 @@ def units_eval(model, tok, system, rows):
 
     first = [tok.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": r["question"]}],
                                      tools=TOOLS, add_generation_prompt=True, tokenize=False) for r in rows]
-    calls, second, right = generate(model, tok, first, 80), [], 0
+    calls, second, right_args, results = generate(model, tok, first, 80), [], [], []
     for r, p, out in zip(rows, first, calls):
         args = (_parse_call(out) or {}).get("arguments") or {}
-        right += args == {"value": r["value"], "from_unit": r["from_unit"], "to_unit": r["to_unit"]}
+        ok = args == {"value": r["value"], "from_unit": r["from_unit"], "to_unit": r["to_unit"]}
+        right_args.append(ok)
         try:
             result = unitconv.convert_text(args["value"], args["from_unit"], args["to_unit"])
         except (KeyError, TypeError, ValueError) as e:
             result = f"Error: {e}"
+        results.append(result)
         second.append(p + out.strip() + "<|im_end|>\n<|im_start|>user\n<tool_response>\n" + result
                       + "\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
-    answers = generate(model, tok, second, 24)
-    acc = sum(o.split("<answer>")[-1].split("</answer>")[0].strip() in r["answer"]
-              for r, o in zip(rows, answers) if "<answer>" in o)
-    return {"args": right / len(rows), "acc": acc / len(rows)}
+    answers = generate(model, tok, second, 32)
+    good = [("<answer>" in o and o.split("<answer>")[-1].split("</answer>")[0].strip() in r["answer"])
+            for r, o in zip(rows, answers)]
+    copied = sum(g for g, a in zip(good, right_args) if a)
+    misses = [f"{res!r} -> {o.strip()!r}" for g, a, res, o in zip(good, right_args, results, answers) if a and not g]
+    return {"args": sum(right_args) / len(rows), "acc": sum(good) / len(rows),
+            "answer_copy": copied / max(1, sum(right_args)), "misses": misses[:6]}
 
 
-def run(name: str, recipe: dict | None) -> dict:
+def run(name: str, recipe: dict | None, model_dir: str | None = None, sfts: list[dict] | None = None) -> dict:
     import units_env
 
     torch.set_num_threads(1)
-    base = resolve_model("tiny:1m")
+    base = model_dir or resolve_model("tiny:1m")
     tok = AutoTokenizer.from_pretrained(base)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(base).to(DEV)
@@ -127,12 +144,16 @@ def run(name: str, recipe: dict | None) -> dict:
         kw = dict(recipe)
         seed = kw.pop("seed", 0)
         start = time.time()
-        pretrain_copy(model, tok, seed, CopyRecipe(**kw), log=lambda m: None)
+        pretrain_copy(model, tok, seed, CopyRecipe(**kw), log=lambda m: print(m, file=sys.stderr, flush=True),
+                      name=name)
         res["pretrain_s"] = round(time.time() - start, 1)
+        if os.environ.get("UNITS_TRIAL_SAVE"):  # keep the pretrained base for later trials
+            model.save_pretrained(Path(os.environ["UNITS_TRIAL_SAVE"]) / name)
+            tok.save_pretrained(Path(os.environ["UNITS_TRIAL_SAVE"]) / name)
     env = units_env.UnitsEnv(seed=1)
     items = demo_items(tok, [env.solve(r) for r in env.load_split("train")])
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    for s in SFTS:
+    for s in sfts or SFTS:
         model.load_state_dict(state)
         sft(model, tok, items, **s)
         res[json.dumps(s)] = units_eval(model, tok, units_env.SYSTEM, env.load_split("test"))
@@ -142,10 +163,24 @@ def run(name: str, recipe: dict | None) -> dict:
 if __name__ == "__main__":
     import multiprocessing as mp
 
-    which = sys.argv[1:] or list(JOBS)
-    with mp.get_context("spawn").Pool(len(which)) as pool:
-        results = [r.get() for r in [pool.apply_async(run, (n, JOBS[n])) for n in which]]
+    args = sys.argv[1:]
+    sfts = SFTS
+    if "--sft" in args:
+        at = args.index("--sft")
+        sfts = [SFTS[int(args[at + 1])]]
+        del args[at:at + 2]
+    if args[:1] == ["--model"]:  # one built base (e.g. a cached tiny:1m-copy), in this process
+        results = [run(Path(args[1]).name, None, args[1], sfts)]
+    elif len(args) == 1:
+        results = [run(args[0], JOBS[args[0]], None, sfts)]
+    else:
+        which = args or list(JOBS)
+        with mp.get_context("spawn").Pool(len(which)) as pool:
+            results = [r.get() for r in [pool.apply_async(run, (n, JOBS[n], None, sfts)) for n in which]]
     for r in results:
         for k, v in r.items():
             if isinstance(v, dict) and "acc" in v:
-                print(f"{r['name']:12s} sft {k}: right arguments {v['args']:.2f}, right answers {v['acc']:.2f}")
+                print(f"{r['name']:12s} sft {k}: right arguments {v['args']:.2f}, right answers {v['acc']:.2f}, "
+                      f"answer copied after a right call {v['answer_copy']:.2f}")
+                for m in v["misses"]:
+                    print(f"    {m}")

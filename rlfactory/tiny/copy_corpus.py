@@ -2,15 +2,18 @@
 tool call copies values from the question, and an answer copies a value from the tool's result.
 
 Nothing here is about any one task: the tools, their parameters, the questions and the values are
-drawn from a seed (invented words and names, numbers of 1 to 6 digits), so the model learns the
-operation (find a value in the question, write it into the JSON of a call; find the result in a
-tool response, write it into the answer), not any particular content. Three kinds of document:
+drawn from a seed (invented words and names, numbers of 1 to 8 digits, as many of each length,
+and decimals), so the model learns the operation (find a value in the question, write it into the
+JSON of a call; find the result in a tool response, among the call's values and other numbers, and
+write it into the answer), not any particular content. Four kinds of document:
 
-- `chat_doc`: a Qwen3-template conversation, rendered by the tokenizer's own chat template with a
-  tools block of 1-2 random functions (MCP-style schemas, with `title`s), a question that mentions
-  the values, the `<tool_call>` that copies them, a `<tool_response>` and an `<answer>` copying
-  the result;
+- chat (`chat_messages`, rendered by `chat_text`): a Qwen3-template conversation with a tools block
+  of 1-2 random functions (MCP-style schemas, with `title`s), a question that mentions the values,
+  the `<tool_call>` that copies them, a `<tool_response>` and an `<answer>` copying the result,
+  written as rlfactory's qwen3 family writes a final answer (no empty `<think>` block before it);
 - `compact_doc`: the same copy steps without the long tools block (many copies per token of compute);
+- `answer_doc`: the episode's second half only, tool response -> answer, several in a row (the
+  answer copy is a few tokens of a chat document; here it is most of the text);
 - `recall_doc`: plain copy and key-value recall text.
 """
 
@@ -51,7 +54,20 @@ def word(rng: random.Random) -> str:
 
 
 def number(rng: random.Random) -> int:
-    return rng.choice([rng.randint(0, 99), rng.randint(100, 999), rng.randint(100, 999), rng.randint(1000, 999999)])
+    """A number of 1 to 8 digits, each length as likely (a copy of 7 digits must not be new to the
+    model: tools return amounts of any size, and one digit is one token)."""
+    digits = rng.randint(1, 8)
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+
+def result_value(rng: random.Random) -> str:
+    """What a tool returns as its result: mostly a number (sometimes a decimal), else a word."""
+    r = rng.random()
+    if r < 0.7:
+        return str(number(rng))
+    if r < 0.85:
+        return f"{number(rng) % 100_000}.{rng.randint(0, 10 ** rng.randint(1, 6) - 1)}"
+    return word(rng)
 
 
 def value(rng: random.Random, kind: str) -> Any:
@@ -133,16 +149,27 @@ def question(rng: random.Random, tool: Tool, args: dict[str, Any], styles: tuple
 
 
 def result_text(rng: random.Random, args: dict[str, Any], answer: str) -> str:
-    """A tool response that holds `answer` among other values."""
+    """A tool response that holds `answer` once, often beside the call's values and other numbers,
+    so that the answer copies the result, not the first number in sight."""
     vals = [_text(v) for v in args.values()]
-    style = rng.randrange(4)
+    style = rng.randrange(7)
     if style == 0:
         return f"{' '.join(vals)} = {answer} {word(rng)}"
     if style == 1:
         return json.dumps({"result": answer, "input": vals[0]})
     if style == 2:
         return f"The {rng.choice(_PARAM_WORDS)} of {vals[0]} is {answer}."
-    return f"{vals[0]} {word(rng)} -> {answer}"
+    if style == 3:
+        return f"{vals[0]} {word(rng)} -> {answer}"
+    if style == 4:  # a quantity in one unit = the result in another
+        return f"{vals[0]} {word(rng)} = {answer} {word(rng)}"
+    if style == 5:  # key: value lines, the result among other numbers
+        lines = [f"input: {vals[0]}", f"result: {answer}"] + [f"{rng.choice(_PARAM_WORDS)}: {number(rng)}"
+                                                             for _ in range(rng.randint(0, 2))]
+        rng.shuffle(lines)
+        return "\n".join(lines)
+    return json.dumps({"status": "ok", rng.choice(_PARAM_WORDS): number(rng), "result": answer,
+                       "query": vals[-1]}, ensure_ascii=False)
 
 
 def _call_text(tool: Tool, args: dict[str, Any]) -> str:
@@ -153,10 +180,15 @@ def chat_messages(rng: random.Random, styles: tuple[int, ...] = (0, 1, 2, 3)
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(messages, tool schemas) of one conversation, for the tokenizer's chat template: [system],
     user, assistant's call, tool, assistant's answer."""
-    tools = [make_tool(rng) for _ in range(rng.choice([1, 1, 2]))]
+    tools: list[Tool] = []
+    for _ in range(rng.choice([1, 1, 2])):
+        tool = make_tool(rng)
+        while any(t.name == tool.name for t in tools):  # two tools of one name would make the call ambiguous
+            tool = make_tool(rng)
+        tools.append(tool)
     tool = rng.choice(tools)
     args = {p.name: value(rng, p.kind) for p in tool.params}
-    answer = str(number(rng)) if rng.random() < 0.8 else word(rng)
+    answer = result_value(rng)
     msgs: list[dict[str, Any]] = []
     if rng.random() < 0.8:
         msgs.append({"role": "system", "content": rng.choice(SYSTEMS).format(tool=tool.name)})
@@ -170,17 +202,38 @@ def chat_messages(rng: random.Random, styles: tuple[int, ...] = (0, 1, 2, 3)
     return msgs, [t.schema(titles) for t in tools]
 
 
+def chat_text(tok: Any, msgs: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """A `chat_messages` conversation as text: the chat template up to the final answer, whose
+    turn is written as rlfactory's qwen3 family writes it (rlfactory/chat/qwen3.py: the model's own
+    tokens, with no empty `<think>` block, which the template would add before a last turn)."""
+    head = tok.apply_chat_template(msgs[:-1], tools=tools, tokenize=False, add_generation_prompt=True)
+    return head + msgs[-1]["content"] + "<|im_end|>\n"
+
+
 def compact_doc(rng: random.Random) -> str:
     """Two to four question -> call -> result -> answer steps, without the tools block."""
     out = []
     for _ in range(rng.randint(2, 4)):
         tool = make_tool(rng)
         args = {p.name: value(rng, p.kind) for p in tool.params}
-        answer = str(number(rng))
+        answer = result_value(rng)
         out.append(f"<|im_start|>user\n{question(rng, tool, args)}<|im_end|>\n<|im_start|>assistant\n"
                    f"{_call_text(tool, args)}<|im_end|>\n<|im_start|>user\n<tool_response>\n"
                    f"{result_text(rng, args, answer)}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
                    f"<answer>{answer}</answer><|im_end|>")
+    return "\n".join(out)
+
+
+def answer_doc(rng: random.Random) -> str:
+    """Three to six tool response -> answer steps: the final turn of an episode, where the answer
+    copies the result that the tool returned for a call (whose values the response may repeat)."""
+    out = []
+    for _ in range(rng.randint(3, 6)):
+        tool = make_tool(rng)
+        args = {p.name: value(rng, p.kind) for p in tool.params}
+        answer = result_value(rng)
+        out.append(f"<|im_start|>user\n<tool_response>\n{result_text(rng, args, answer)}\n</tool_response><|im_end|>\n"
+                   f"<|im_start|>assistant\n<answer>{answer}</answer><|im_end|>")
     return "\n".join(out)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 
 import pytest
@@ -14,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rlfactory.tiny import copy_corpus, parse_tiny_spec, resolve_model
 from rlfactory.tiny.cache import ensure_tiny, tiny_dir
 from rlfactory.tiny.model import MARKER
-from rlfactory.tiny.pretrain import CopyRecipe, copied_token_accuracy, make_copy_model
+from rlfactory.tiny.pretrain import CopyRecipe, batches, copied_token_accuracy, make_copy_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -71,6 +72,45 @@ def test_same_seed_same_weights_other_seed_other_weights(tmp_path):
     other = make_copy_model(tmp_path / "c", base, "1m", 1, SMALL, log=lambda m: None)
     assert (one / "model.safetensors").read_bytes() == (two / "model.safetensors").read_bytes()
     assert (one / "model.safetensors").read_bytes() != (other / "model.safetensors").read_bytes()
+
+
+def test_the_copy_text_answers_with_the_tools_result_in_the_format_rlfactory_writes():
+    """The episode's last step (the tool's result copied into <answer>) is in the pretraining stream
+    often, with results of every length up to 8 digits, and written as the qwen3 family writes a
+    final answer (no empty think block, which the chat template alone puts before a last turn)."""
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny:1m"))
+    stream = ""
+    for _, rows in zip(range(8), batches(tok, 0, CopyRecipe())):
+        stream += "".join(tok.decode(r) for r in rows)
+    steps = re.findall(r"<tool_response>\n(.*?)\n</tool_response><\|im_end\|>\n<\|im_start\|>assistant\n"
+                       r"<answer>(.*?)</answer><\|im_end\|>", stream, re.S)
+    assert len(steps) >= 60, len(steps)  # 8 rows of 4 x 512 tokens
+    assert all(answer in result for result, answer in steps)
+    lengths = {len(a) for _, a in steps if a.isdigit()}
+    assert set(range(2, 9)) <= lengths, lengths
+    # the answer is not the first number of the response in many of them (it must be found, not grabbed)
+    first = [re.search(r"\d+(?:\.\d+)?", r) for r, _ in steps]
+    assert sum(m is not None and m.group() != a for m, (_, a) in zip(first, steps)) >= len(steps) // 4
+    assert "<think>" not in stream
+
+
+def test_a_chat_document_renders_as_an_rlfactory_demonstration_of_it():
+    from rlfactory.chat.registry import make_tool_manager
+    from rlfactory.tools.base import ToolSpec
+    from rlfactory.train.sft import demo_to_trajectory
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny:1m"))
+    tm = make_tool_manager(tok, "qwen3")
+    rng = random.Random(3)
+    for _ in range(5):
+        msgs, tools = copy_corpus.chat_messages(rng)
+        specs = [ToolSpec(t["function"]["name"], t["function"]["description"], t["function"]["parameters"])
+                 for t in tools]
+        demo = "".join(tok.decode(s.token_ids) for s in demo_to_trajectory(msgs, tm, specs).segments)
+        text = copy_corpus.chat_text(tok, msgs, tools)
+        # the same from the question on (the tools block lists the same schemas, in the template's key order)
+        at = text.index("<|im_start|>user\n")
+        assert text[at:].rstrip("\n") == demo[demo.index("<|im_start|>user\n"):], (text[at:], demo)
 
 
 @pytest.mark.slow
