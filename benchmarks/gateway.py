@@ -18,7 +18,7 @@ the generation thread and of the event loop thread (engine or agents, HTTP and g
 share the GIL (thread CPU read from /proc: Linux), the garbage collector's seconds, and the share
 of prompt characters the gateway gave the tokenizer (the rest reused from known prompts).
 
-    .venv/bin/python benchmarks/gateway.py [--rows 32] [--rounds 3]
+    .venv/bin/python benchmarks/gateway.py [--rows 32] [--rounds 3] [--profile]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import gc
 import os
+import re
 import statistics
 import sys
 import threading
@@ -174,10 +175,62 @@ async def gateway(model, tok, rows, in_process: bool = True, reuse: bool = True)
         return wall, gw.stats.calls, (stats["overhead_ms_per_call"], stats["cpu_ms_per_call"], encoded), d
 
 
+PARTS = [  # where the event loop's profiled time goes, by the file each function is in
+    ("OpenAI SDK (openai, pydantic, typing)", re.compile(r"site-packages/(openai|pydantic|pydantic_core|typing_extensions)"
+                                                         r"|python3\.\d+/typing\.py")),
+    ("HTTP client (httpx, httpcore, h11, anyio)", re.compile(r"site-packages/(httpx|httpcore|h11|anyio|sniffio)/")),
+    ("HTTP server (uvicorn, starlette)", re.compile(r"site-packages/(uvicorn|starlette)/")),
+    ("asyncio and sockets", re.compile(r"python3\.\d+/(asyncio/|selectors\.py|socket\.py)|method 'send'|"
+                                       r"method 'recv'|method 'poll'|method 'connect'")),
+    ("chat template (jinja2, transformers)", re.compile(r"site-packages/(jinja2|transformers)/|<template>")),
+    ("tokenizer (Rust)", re.compile(r"tokenizers\.Tokenizer")),
+    ("json", re.compile(r"python3\.\d+/json/|_json\.")),
+    ("rlfactory (gateway, engine)", re.compile(r"/rlfactory/|/examples/")),
+]
+
+
+def profile_modes(model, tok, rows) -> None:
+    """One round of gateway and of gw-tcp under cProfile on the event loop thread's CPU clock (waits
+    do not count), its CPU per call grouped by PARTS. cProfile slows Python code more than C code:
+    shares, not timings."""
+    import cProfile
+    import pstats
+
+    print("\nevent loop CPU per call under cProfile, by part (profiled ms; the profiler inflates Python code):")
+    per_mode = {}
+    for name, fn in (("gateway", gateway), ("gw-tcp", gateway_tcp)):
+        prof = cProfile.Profile(time.thread_time)
+        prof.enable()
+        _, calls, _, _ = asyncio.run(fn(model, tok, rows))
+        prof.disable()
+        parts: dict[str, float] = {label: 0.0 for label, _ in PARTS}
+        parts["other"] = 0.0
+
+        def part(file: str, func: str) -> str:
+            return next((lb for lb, pattern in PARTS if pattern.search(f"{file} {func}")), "other")
+
+        for (file, _line, func), (_cc, _nc, tottime, _ct, callers) in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
+            label = part(file, func)
+            if label == "other" and file == "~" and callers:
+                # a builtin (isinstance, dict.get, str.join...): its time goes to the part that called it
+                for (cfile, _cl, cfunc), stat in callers.items():
+                    parts[part(cfile, cfunc)] += stat[2] * 1000 / calls
+                continue
+            parts[label] += tottime * 1000 / calls
+        per_mode[name] = parts
+    for label in per_mode["gateway"]:
+        a, b = per_mode["gateway"][label], per_mode["gw-tcp"][label]
+        print(f"  {label:42s} in process {a:6.2f}  TCP {b:6.2f}  (TCP - in process {b - a:+6.2f})")
+    a, b = (sum(per_mode[m].values()) for m in ("gateway", "gw-tcp"))
+    print(f"  {'total':42s} in process {a:6.2f}  TCP {b:6.2f}  (TCP - in process {b - a:+6.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true",
+                        help="then one round of gateway and gw-tcp under cProfile: the event loop's time by part")
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -232,6 +285,8 @@ def main() -> None:
     print(f"  gateway overhead per call (median of rounds): {o:.3f} ms wall (target < 2 ms), {c:.3f} ms CPU")
     print(f"  the same with every prompt encoded in full (gw-full): {fo:.3f} ms wall, {fc:.3f} ms CPU; "
           f"prefix reuse / full: {o / fo:.2f}x wall, {c / fc:.2f}x CPU")
+    if args.profile:
+        profile_modes(model, tok, rows)
 
 
 if __name__ == "__main__":
