@@ -182,3 +182,14 @@ def test_the_checker_sees_a_lazy_import_and_a_relative_one():
     tree = ast.parse("def f():\n    from . import base\n")
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
     assert _resolve("rlfactory.tools.runner", node) == "rlfactory.tools"
+
+
+MAX_LINES = 500
+"""A file past this is asking to be split along a seam (../shared/STYLE.md)."""
+
+
+def test_no_file_under_rlfactory_is_over_500_lines():
+    sizes = {str(p.relative_to(ROOT.parent)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in sorted(ROOT.rglob("*")) if p.suffix in {".py", ".js", ".html", ".css", ".jinja"}}
+    assert len(sizes) > 200  # the walk found the package
+    assert {f: n for f, n in sizes.items() if n > MAX_LINES} == {}
