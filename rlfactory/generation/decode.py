@@ -35,12 +35,13 @@ class DecodeLoop:
 
     def __init__(self, model: Callable[[], nn.Module], pad_id: int, device: torch.device, rng: torch.Generator,
                  tokenizer: Any = None, logits_processor: Callable | None = None, min_shared_prefix: int = 16,
-                 static: StaticDecode | None = None, vision: VisionPrefill | None = None) -> None:
+                 static: StaticDecode | None = None, vision: VisionPrefill | None = None,
+                 max_slots: int | None = None) -> None:
         self.stats: dict[str, float] = {
             "steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0, "shared_prefix_tokens": 0,
             "moved_rows": 0, "tokens": 0, "busy_s": 0.0, "cache_grows": 0}
         self.forward = Forward(model, device, rng, logits_processor)
-        self.slots = Slots(model, pad_id, device, self.stats)
+        self.slots = Slots(model, pad_id, device, self.stats, max_slots)
         self.kept = KeptCaches(self.stats)
         stops = StopCheck(tokenizer, model, self.stats)
         self.prefill = Prefill(self.forward, self.slots, self.kept, stops, pad_id, device, self.stats,

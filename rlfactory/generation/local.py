@@ -27,6 +27,7 @@ from rlfactory.openmp import release_pool
 from rlfactory.generation.attention_masks import mask_plan
 from rlfactory.generation.decode import DecodeLoop
 from rlfactory.generation.decode_graph import StaticDecode
+from rlfactory.generation.heap import keep_freed_memory
 from rlfactory.generation.rows import Row
 from rlfactory.generation.vision import VisionPrefill, vision_body
 from rlfactory.chat.vision import PixelSource
@@ -47,6 +48,8 @@ class LocalGenerator:
     Waiting requests join the batch by `GenRequest.priority` (lower first; see `_admit`).
     On a CUDA device with `cuda_graphs` (and sdpa or eager attention), decode steps run at fixed
     shapes replayed from a CUDA graph (decode_graph.py): same tokens, a fraction of the host time.
+    On the CPU it fixes glibc's heap thresholds for the process (heap.py: freed temporaries are
+    reused rather than given back and faulted in again at the next step).
     `pixels` (a vision-language model's ToolManager) lets requests carry images (`GenRequest.images`):
     each is encoded once, in the prefill of its turn, at the model's own M-RoPE positions
     (vision.py); decode steps of rows after images run without CUDA graphs.
@@ -80,12 +83,14 @@ class LocalGenerator:
         if self.stop_strings and tokenizer is None:
             raise ValueError("stop_strings need a tokenizer")
         mask_plan(model)  # refuses layer kinds and attention kernels it cannot mask, before any work
+        if self.device.type == "cpu":
+            keep_freed_memory()  # a step's temporaries reuse the heap instead of faulting in fresh pages (heap.py)
         static = StaticDecode(graphs=True, pad_id=self.pad_id) if cuda_graphs and self.device.type == "cuda" else None
         vision = VisionPrefill(pixels) if pixels is not None else None
         if vision is not None:
             vision_body(model)  # a model that takes no pixels is refused here, not at the first image
         self.loop = DecodeLoop(lambda: self.model, self.pad_id, self.device, self.rng, tokenizer, logits_processor,
-                               static=static, vision=vision)
+                               static=static, vision=vision, max_slots=self.max_batch)
         self._pending: list[Row] = []
         self._worker: asyncio.Task | None = None
         self._free_pending = False

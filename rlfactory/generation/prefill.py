@@ -76,14 +76,15 @@ class Prefill:
         self._share_prefix(pasts, news)
         plan = self.forward.position_plan()
         lengths = [len(n) for n in news]
+        expected = self.slots.live + len(rows)  # all of this step's rows, so one group's seats do not size the cache
         for group in prefill_groups(lengths, self.device):
-            part = ([rows[i] for i in group], [pasts[i] for i in group], [news[i] for i in group])
+            part = ([rows[i] for i in group], [pasts[i] for i in group], [news[i] for i in group], expected)
             done += self._in_slots(*part, plan) if plan is not None else self._padded(*part)
             self.stats["prefills"] += 1
         self.stats["prefill_tokens"] += sum(lengths)
         return done
 
-    def _in_slots(self, rows: list[Row], pasts: list[RowKV | None], news: list[list[int]],
+    def _in_slots(self, rows: list[Row], pasts: list[RowKV | None], news: list[list[int]], expected: int,
                   plan: MaskPlan) -> list[Row]:
         """Prefill in the decode cache itself: each row takes a free slot, its past (kept or shared
         cache) is copied there, and one forward over those slots writes its new tokens right after
@@ -93,7 +94,6 @@ class Prefill:
         slots = self.slots
         n_past = [p[0][0].shape[1] if p else 0 for p in pasts]
         q = max(len(n) for n in news)
-        expected = slots.live + len(rows)
         seats = [slots.seat(row, past, p + q + row.req.max_new_tokens + 1, expected)
                  for row, past, p in zip(rows, pasts, n_past)]
         ids = torch.full((len(rows), q), self.pad_id, dtype=torch.long)
@@ -144,7 +144,7 @@ class Prefill:
             parts.append(v)
         return pos, pixel_kwargs(parts, self.device)
 
-    def _padded(self, rows: list[Row], pasts: list[RowKV | None], news: list[list[int]]) -> list[Row]:
+    def _padded(self, rows: list[Row], pasts: list[RowKV | None], news: list[list[int]], expected: int) -> list[Row]:
         """Prefill for attention kernels that take only 2D padding masks (flash, flex): the rows'
         pasts right-aligned in a cache of their own, the new tokens left-padded after them; each
         row's cache is then copied into a slot of the decode cache."""
@@ -168,7 +168,6 @@ class Prefill:
         mask = torch.cat([past_mask, new_mask], dim=1)
         tokens, lps = self.forward.draw(rows, self.forward.logits(rows, ids, mask, pos, cache))
         done = self.stops.record(rows, tokens, lps)
-        expected = self.slots.live + sum(r.finish is None for r in rows)
         for i, (row, tok) in enumerate(zip(rows, tokens)):
             if row.finish is None:
                 self.slots.admit(row, take_row(cache, i, mask[i].nonzero().squeeze(1)), tok, expected)

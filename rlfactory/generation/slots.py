@@ -23,8 +23,9 @@ from rlfactory.generation.sampling import RowSampling
 
 class Slots:
     def __init__(self, model: Callable[[], nn.Module], pad_id: int, device: torch.device,
-                 stats: dict[str, float]) -> None:
+                 stats: dict[str, float], max_slots: int | None = None) -> None:
         self.model = model
+        self.max_slots = max_slots  # the most rows the batch holds (the generator's max_batch); None: no bound
         self.pad_id = pad_id
         self.device = device
         self.stats = stats
@@ -65,7 +66,7 @@ class Slots:
         self.version += 1
         if self.cache is None:
             self._cache_key = self._model_key()
-            self.cache = SlotCache(slots=max(8, expected), columns=max(need, 64), device=self.device)
+            self.cache = SlotCache(slots=self._slots_for(expected), columns=max(need, 64), device=self.device)
         slot = next((i for i, r in enumerate(self.rows) if r is None), len(self.rows))
         if slot == len(self.rows):
             self.rows.append(None)
@@ -76,10 +77,18 @@ class Slots:
             # Doubling (not 1.5x): a multi-turn rollout's contexts grow every turn, and each growth
             # zeroes and copies every slot's buffers while the whole batch waits (on the CPU a
             # 256-slot tiny:1m cache is ~300 MB): one growth where 1.5x took two.
-            c.reserve(slots=2 * c.slots if slot >= c.slots else 0,
+            c.reserve(slots=self._slots_for(slot + 1) if slot >= c.slots else 0,
                       columns=max(need, 2 * c.columns) if need > c.columns else 0)
             self.stats["cache_grows"] += 1
         return slot
+
+    def _slots_for(self, rows: int) -> int:
+        """Slots for a cache that must hold `rows`: the power of two at or above (at least 8), at most
+        `max_slots` (when that still holds them). A rollout's first rows arrive in waves (156, then
+        100 more: the 256-row rollout benchmark); sized to the first wave, the cache grew, zeroing
+        and copying every slot's buffers while the batch waited."""
+        n = max(8, 1 << (max(rows, 1) - 1).bit_length())
+        return max(rows, min(n, self.max_slots)) if self.max_slots is not None else n
 
     def seat(self, row: Row, past: RowKV | None, need: int, expected: int) -> int:
         """Give a row about to be prefilled in the decode cache a slot, its past (kept or shared
