@@ -72,7 +72,7 @@ class Prefill:
         rows = [r for r in rows if r.req.max_new_tokens > 0]
         if not rows:
             return done
-        pasts, news = map(list, zip(*(self.kept.reuse(r) for r in rows)))
+        pasts, news = map(list, zip(*(self.kept.reuse(r, self.vision, self.forward.model()) for r in rows)))
         self._share_prefix(pasts, news)
         plan = self.forward.position_plan()
         lengths = [len(n) for n in news]

@@ -105,6 +105,21 @@ class VisionPrefill:
                                 f"prompt holds {int(pads.sum())}")
         return got, counts, pads
 
+    def usable_past(self, model: Any, prompt: Sequence[int], images: Sequence[Image], kept: int,
+                    encoded: Sequence[str]) -> int:
+        """How many of the first `kept` columns of `prompt` that a kept cache holds a prefill may
+        start after: all of them, or up to the start of the first image the cache does not hold
+        encoded whole, which is then encoded again: one its end cuts (an image is encoded whole),
+        or one whose pads it fed as text or with other pixels (`encoded`: the content hashes of the
+        images the cache was made with, in order)."""
+        _, counts, pads = self._counts(vision_body(model), prompt, images)
+        for i, (start, count) in enumerate(zip(image_starts(pads, counts), counts)):
+            if start >= kept:
+                break
+            if start + count > kept or i >= len(encoded) or encoded[i] != images[i].sha256:
+                return start
+        return kept
+
     def row(self, model: Any, prompt: Sequence[int], images: Sequence[Image], past: int) -> RowVision:
         """The prefill of `prompt`'s tokens from column `past` on (the rest is cached)."""
         body = vision_body(model)
@@ -113,7 +128,8 @@ class VisionPrefill:
         starts = image_starts(pads, counts)
         cut = [s for s, c in zip(starts, counts) if s < past < s + c]
         if cut:
-            raise ValueError(f"the cached prefix ends inside the image at {cut[0]} (an image is encoded whole)")
+            raise ValueError(f"the cached prefix ends inside the image at {cut[0]} (an image is encoded whole; "
+                             "KeptCaches.reuse trims a kept cache to usable_past)")
         grids = torch.stack([g for _, g in got]) if got else None
         positions, _ = body.get_rope_index(input_ids=ids, mm_token_type_ids=pads.int()[None], image_grid_thw=grids)
         new = [px for px, s in zip(got, starts) if s >= past]
