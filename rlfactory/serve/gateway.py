@@ -89,7 +89,8 @@ class Gateway:
     segment a generator does not report its own for (the trainer sets it before each rollout).
     `tool_choice_retries`: how many more times a turn is sampled when it does not do what a
     `tool_choice` of required or a named function asks (gateway_api.py). `verify_prefix`: how many
-    prompts encoded by reusing known ids are checked against a full encode (True: all).
+    prompts encoded by reusing known ids are checked against a full encode, counted per tokenizer
+    object over every gateway on it (True: all).
     """
 
     def __init__(self, generator: Generator, tool_manager: Any, tokenizer: Any, *, model_name: str = "rlfactory",

@@ -18,9 +18,10 @@ anchor of K that lies wholly inside that prefix, at character s and token j, giv
 
 and only T[s:] is encoded: the previous turn's assistant header, the model's turn, the new
 observations and the next header in the merge case. Where the assumption could fail (a
-tokenizer that is not cut at its added tokens), the first `verify` reuses are checked against a
-full encode; a mismatch logs one line naming the first differing token, turns reuse off for
-this encoder, and the full encode is what the call gets. `verify=True` checks every call
+tokenizer that is not cut at its added tokens), the first `verify` reuses with a tokenizer are
+checked against a full encode (counted per tokenizer object, so a gateway made per round or per
+run checks once); a mismatch logs one line naming the first differing token, turns reuse off for
+that tokenizer, and the full encode is what the call gets. `verify=True` checks every call
 (tests).
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -59,6 +61,17 @@ class PrefixStats:
     verified: int = 0
 
 
+@dataclass
+class _Trust:
+    """What the checks found for one tokenizer: reuses verified, and whether one failed."""
+
+    verified: int = 0
+    broken: bool = False
+
+
+_TRUST: weakref.WeakKeyDictionary[Any, _Trust] = weakref.WeakKeyDictionary()
+
+
 class PrefixEncoder:
     """`encode(text)` (which must be a Hugging Face tokenizer's encode without added special
     tokens, e.g. ChatTemplate.encode) with the ids of known texts reused (module docstring).
@@ -68,14 +81,23 @@ class PrefixEncoder:
     def __init__(self, encode: Callable[[str], list[int]], tokenizer: Any, verify: int | bool = 16) -> None:
         self._encode = encode
         self.verify_all = verify is True
-        self.verify_left = 0 if verify is False else int(verify)
+        self.verify_first = 0 if verify is False else int(verify)
         self.stats = PrefixStats()
+        try:
+            self._trust = _TRUST.setdefault(tokenizer, _Trust())
+        except TypeError:  # not weakly referable: this encoder's own checks
+            self._trust = _Trust()
         anchors = _anchor_tokens(tokenizer)
         self._anchor_ids = frozenset(anchors.values())
         # longest first: the regex takes the first alternative that matches, the tokenizer the longest
         self._anchor_re = re.compile("|".join(re.escape(t) for t in sorted(anchors, key=len, reverse=True))) \
             if anchors else None
-        self.enabled = self._anchor_re is not None
+        self._has_anchors = self._anchor_re is not None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether prompts are encoded reusing known ids (anchors, and no failed check)."""
+        return self._has_anchors and not self._trust.broken
 
     def encode(self, text: str, known: Sequence[KnownText | None] = ()) -> KnownText:
         """`text`'s ids, reusing the longest shared prefix with any of `known`."""
@@ -101,8 +123,8 @@ class PrefixEncoder:
         ids = k.ids[:j] + self._encode(text[s:])
         self.stats.encoded_chars += len(text) - s
         self.stats.reused_tokens += j
-        if self.verify_all or self.verify_left > 0:
-            self.verify_left -= 1
+        if self.verify_all or self._trust.verified < self.verify_first:
+            self._trust.verified += 1
             self.stats.verified += 1
             full = self._encode(text)
             if full != ids:
@@ -110,7 +132,7 @@ class PrefixEncoder:
                 log.warning("the tokenizer does not cut its text at added tokens (encoding at character %d "
                             "differs from a full encode at token %d: %r vs %r); the gateway now encodes every "
                             "prompt in full", s, at, full[at: at + 4], ids[at: at + 4])
-                self.enabled = False
+                self._trust.broken = True
                 ids = full
         return self._known(text, ids)
 

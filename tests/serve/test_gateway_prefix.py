@@ -96,6 +96,13 @@ def test_lone_surrogates_are_replaced_as_the_template_encode_replaces_them(tok):
     assert enc.encode(more, [got]).ids == tm.template.encode(more) and enc.stats.reused_tokens > 0
 
 
+class SameAddedTokens:
+    """A tokenizer object of its own (the checks are counted per tokenizer) with `tok`'s added tokens."""
+
+    def __init__(self, tok):
+        self.added_tokens_decoder = tok.added_tokens_decoder
+
+
 def test_a_tokenizer_not_cut_at_its_added_tokens_is_caught_and_encoded_in_full(tok, caplog):
     # A stand-in for such a tokenizer: its encode of a text starting at an added token differs.
     start = tok.convert_tokens_to_ids("<|im_start|>")
@@ -104,13 +111,28 @@ def test_a_tokenizer_not_cut_at_its_added_tokens_is_caught_and_encoded_in_full(t
         ids = full(tok, text)
         return [start, *ids] if text.startswith("<|im_start|>") else ids
 
-    enc = PrefixEncoder(encode, tok, verify=2)
+    like = SameAddedTokens(tok)
+    enc = PrefixEncoder(encode, like, verify=2)
     prev = enc.encode("x" + HEAD)
     text = "x" + HEAD + "Hi<|im_end|>\n"
     with caplog.at_level(logging.WARNING, logger="rlfactory.gateway"):
         assert enc.encode(text, [prev]).ids == encode(text)
     assert not enc.enabled and "does not cut its text at added tokens" in caplog.text
     assert enc.encode(text + "y", [prev]).ids == encode(text + "y")  # in full from now on
+    assert not PrefixEncoder(encode, like).enabled  # and for a new gateway on that tokenizer
+
+
+def test_the_checks_are_counted_per_tokenizer(tok):
+    like = SameAddedTokens(tok)
+    first = PrefixEncoder(lambda t: full(tok, t), like, verify=1)
+    prev = first.encode(HEAD)
+    first.encode(HEAD + "a<|im_end|>", [prev])
+    first.encode(HEAD + "b<|im_end|>", [prev])
+    again = PrefixEncoder(lambda t: full(tok, t), like, verify=1)  # e.g. the next round's gateway
+    again.encode(HEAD + "c<|im_end|>", [prev])
+    assert (first.stats.verified, again.stats.verified) == (1, 0) and again.stats.reused_tokens > 0
+    assert PrefixEncoder(lambda t: full(tok, t), SameAddedTokens(tok), verify=1).encode(
+        HEAD + "d", [prev]).ids == full(tok, HEAD + "d")
 
 
 def test_a_tokenizer_without_added_tokens_encodes_in_full():

@@ -29,7 +29,7 @@ def test_openai_sdk_agent_records_exactly_the_templates_tokens(tiny):
     model, tok = tiny
 
     async def main():
-        async with serving(model, tok) as gw:
+        async with serving(model, tok, verify_prefix=True) as gw:
             key = gw.open_episode({"id": "r0"})
             client = AsyncOpenAI(base_url=gw.base_url(), api_key=key, max_retries=0)
             answer, messages = await openai_agent.run_agent(client, "tiny", "Add 3 and 4.")
