@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Literal
 
 from rlfactory.chat.base import ParseResult
@@ -28,10 +29,12 @@ from rlfactory.chat.qwen3 import END_OF_TURN, Qwen3ToolManager
 from rlfactory.chat.template import ModelTurn, openai_tools
 from rlfactory.chat.templates import load_template
 from rlfactory.chat.vision import DROPPED_NOTE, Rendered, expand_pads, result_content, split_images
+from rlfactory.config import ConfigError
 from rlfactory.images import Image, ImageError
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
 
 IMAGE_PAD = "<|image_pad|>"
+PROCESSOR_FILE = "preprocessor_config.json"
 _GRID_CACHE = 1024
 
 
@@ -45,15 +48,22 @@ def _template_for(tokenizer: Any, chat_template: str | None) -> str:
 
 
 def load_image_processor(tokenizer: Any) -> Any:
-    """The image processor saved beside the tokenizer (`preprocessor_config.json`), offline."""
+    """The image processor saved beside the tokenizer (`preprocessor_config.json`), offline. A
+    ConfigError (one line naming the folder) when there is none or it cannot be read."""
     from transformers import AutoImageProcessor
 
     where = getattr(tokenizer, "name_or_path", "") or ""
     try:
         return AutoImageProcessor.from_pretrained(where, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise ValueError(f"the qwen2_5_vl ToolManager needs the model's image processor "
-                         f"(preprocessor_config.json) beside its tokenizer in {where!r}: {e}") from None
+        need = "the qwen2_5_vl ToolManager turns images into pixels with the model's image processor"
+        if where and Path(where).is_dir() and not (Path(where) / PROCESSOR_FILE).is_file():
+            raise ConfigError(f"the vision-language model folder {where!r} has no {PROCESSOR_FILE} ({need}, whose "
+                              f"settings are saved there beside the tokenizer: copy it from the checkpoint it "
+                              f"came from)") from None
+        # transformers' reasons run over several lines; the first names the file and the problem
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"{need}: reading it from {where!r} failed: {first}") from None
 
 
 class QwenVLToolManager:
