@@ -2,10 +2,10 @@
 
 Per slot: its row (None when free), how many tokens its cache holds (`length`) and the sampled
 token not yet fed (`last`). A new row takes the first free slot (growing the cache geometrically
-when it must); a finished row frees its slot, and nothing else moves until over a quarter of the
-slots are free (`tidy`). `version` changes whenever a slot changes hands, so what is built per set
-of live rows (the rows' sampling tensors, their index among the forward's rows) is rebuilt only
-then.
+when it must); a finished row frees its slot, and the last rows move down into free slots at once
+on the CPU, once over a quarter are free on an accelerator (`tidy`). `version` changes whenever a
+slot changes hands, so what is built per set of live rows (the rows' sampling tensors, their index
+among the forward's rows) is rebuilt only then.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ class Slots:
                  stats: dict[str, float], max_slots: int | None = None) -> None:
         self.model = model
         self.max_slots = max_slots  # the most rows the batch holds (the generator's max_batch); None: no bound
+        # Free slots still run in eager decode steps. On the CPU a free slot costs a live row's
+        # forward (its attention reads as many columns) every step until a new row takes it, and
+        # moving a row down copies its cache once (about one step's worth): so holes are filled at
+        # once. On an accelerator a step costs its launches, not its rows, and each move is more.
+        self.idle_share = 0.0 if device.type == "cpu" else 0.25
         self.pad_id = pad_id
         self.device = device
         self.stats = stats
@@ -115,13 +120,13 @@ class Slots:
         self.rows[slot], self.length[slot], self.last[slot] = None, 0, self.pad_id
 
     def tidy(self) -> None:
-        """Drop trailing free slots; when over a quarter of the rest are free, move the last live
-        rows down into the free slots (copies only the moved rows)."""
+        """Drop trailing free slots; when more than `idle_share` of the rest are free, move the last
+        live rows down into the free slots (copies only the moved rows)."""
         self._drop_free_tail()
         if not self.rows:  # the buffers stay for the rows still to come this session
             return
         free = [i for i, r in enumerate(self.rows) if r is None]
-        if len(free) * 4 <= len(self.rows):
+        if len(free) <= self.idle_share * len(self.rows):
             return
         for dst in free:
             src = len(self.rows) - 1

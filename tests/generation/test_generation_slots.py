@@ -45,3 +45,25 @@ def test_the_cache_never_has_more_slots_than_the_batch_can_hold():
     gen.loop.step(rows(loop, prompts(20), 2))
     assert gen.loop.cache.slots == 20
     loop.close()
+
+
+def test_on_the_cpu_no_decode_step_runs_a_free_slot():
+    """A free slot costs a decode step as much as a live row on the CPU (its attention reads as many
+    columns), so a finished row's slot is filled at once by the last row (before: only once a quarter
+    of the slots were free). Every step runs exactly its live rows; the tokens are unchanged."""
+    model = tiny_random_lm()
+    gen = LocalGenerator(model, pad_id=0)
+    loop = asyncio.new_event_loop()
+    ps = prompts(6)
+    batch = [Row(GenRequest(p, max_new_tokens=n, sampling=GREEDY), loop.create_future(), frozenset(), (), 0.0)
+             for p, n in zip(ps, (2, 9, 4, 9, 9, 9))]
+    gen.loop.step(batch)
+    run = []
+    while gen.loop.live:
+        run.append((len(gen.loop.slots.rows), gen.loop.live))
+        gen.loop.step([])
+    assert all(slots == live for slots, live in run), run
+    assert gen.stats["moved_rows"] > 0
+    for row in batch:
+        assert row.tokens == reference(model, row.req.prompt_ids, row.req.max_new_tokens)
+    loop.close()
