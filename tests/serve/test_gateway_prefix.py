@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 
 import pytest
 from npm_tokenizers import npm_tokenizer
@@ -224,3 +225,27 @@ def _spec(tool):
 
     fn = tool["function"]
     return ToolSpec(fn["name"], fn["description"], fn["parameters"])
+
+
+PIECES = ["\n", "\n\n", " ", "  ", "\t", "Hel", "lo", "lo world", "<|im_start|>", "<|im_end|>", "<tool_call>", "</think>",
+          "<think>", "é", "e\u0301", "😀", "123", "!!", "'s", "{\"a\": 1}", "<|im_start|>assistant\n", "\r\n"]
+
+
+def test_random_conversations_encode_as_a_full_encode_would(tok):
+    """Messages made of whitespace runs, word halves, added-token strings inside content, combining
+    accents (the tokenizers normalise to NFC) and emoji: every reuse equals the full encode."""
+    rnd = random.Random(0)
+    tm = make_tool_manager(tok, "qwen3")
+    enc = PrefixEncoder(tm.template.encode, SameAddedTokens(tok), verify=True)
+    for episode in range(4):
+        messages = [{"role": "system", "content": "You add numbers."}]
+        prev = other = None
+        for _ in range(8):
+            for _ in range(rnd.randint(1, 2)):
+                role = rnd.choice(["user", "assistant", "tool"])
+                messages.append({"role": role, "content": "".join(rnd.choice(PIECES) for _ in range(rnd.randint(0, 6)))})
+            text = tm.render_prompt_text(messages, [_spec(t) for t in TOOLS] if episode % 2 else [])
+            known = enc.encode(text, [prev, other])
+            assert known.ids == tm.template.encode(text), text
+            prev, other = known, prev
+    assert enc.enabled and enc.stats.verified > 20
