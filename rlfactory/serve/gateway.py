@@ -111,7 +111,7 @@ class Gateway:
         self.stats = GatewayStats()
         self.episodes: dict[str, Episode] = {}
         self.prefix = PrefixEncoder(tool_manager.template.encode, tokenizer, verify_prefix) \
-            if isinstance(tool_manager, PromptTextRenderer) else None
+            if _renders_its_prompt_text(tool_manager) else None
         """Encodes each prompt reusing the ids of the episode's previous prompt and of the latest
         prompt of any episode (gateway_prefix.py); None: the family renders ids only."""
         self._latest: KnownText | None = None
@@ -381,6 +381,19 @@ class _InLoopServer:
                 return contextlib.nullcontext()
 
         return Server(config)
+
+
+def _renders_its_prompt_text(tool_manager: Any) -> bool:
+    """Whether `tool_manager`'s prompt ids are its `render_prompt_text`, encoded: a PromptTextRenderer
+    whose two methods come from one class (a subclass that overrides only `render_prompt`, say to
+    add something, is not)."""
+    if not isinstance(tool_manager, PromptTextRenderer):
+        return False
+    for klass in type(tool_manager).__mro__:
+        own = vars(klass)
+        if "render_prompt" in own or "render_prompt_text" in own:
+            return "render_prompt" in own and "render_prompt_text" in own
+    return False
 
 
 def _bearer(request: Request) -> str | None:

@@ -249,3 +249,19 @@ def test_random_conversations_encode_as_a_full_encode_would(tok):
             assert known.ids == tm.template.encode(text), text
             prev, other = known, prev
     assert enc.enabled and enc.stats.verified > 20
+
+
+def test_a_family_subclass_that_changes_render_prompt_only_is_encoded_its_way(tok):
+    from rlfactory.chat.qwen3 import Qwen3ToolManager
+
+    class Marked(Qwen3ToolManager):
+        def render_prompt(self, messages, tools):
+            return [7, *super().render_prompt(messages, tools)]
+
+    gen = Replies(tok, ["ok", "ok"])
+    gw = Gateway(gen, Marked(tok), tok)
+    assert gw.prefix is None and Gateway(gen, Qwen3ToolManager(tok), tok).prefix is not None
+    key = gw.open_episode()
+    messages = [{"role": "user", "content": "Add 3 and 4."}]
+    asyncio.run(gw.chat(key, {"model": "m", "messages": messages}))
+    assert gen.prompts == [Marked(tok).render_prompt(messages, [])]
