@@ -124,7 +124,9 @@ class PolicyUpdate:
                 norm = torch.nn.utils.clip_grad_norm_(
                     self.params(), self.max_grad_norm if self.max_grad_norm > 0 else float("inf")
                 )
-                grad_norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
+                from torch.distributed.tensor import DTensor  # FSDP2 grad norm; a sys.modules lookup after the first
+
+                grad_norms.append(float(norm.full_tensor() if isinstance(norm, DTensor) else norm))
                 self.optimizer.step()
                 self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
