@@ -37,7 +37,7 @@ def test_openai_sdk_agent_records_exactly_the_templates_tokens(tiny):
 
     answer, messages, episode, stats, prefix = asyncio.run(main())
     # the second call reused the first prompt's ids (checked against a full encode: verify_prefix)
-    assert prefix.enabled and prefix.stats.reused_tokens > 0 and prefix.stats.verified == 1
+    assert prefix.enabled and prefix.stats.reused_tokens > 0 and prefix.stats.verified == 2
     assert answer == "The answer is 7."
     assert messages[2]["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 3, "b": 4}'}
     (traj,) = episode.trajectories("r0", 0, "ok", 1.0)
