@@ -9,6 +9,8 @@ untrained model write them, so both paths sample the same number of tokens per t
   gw-tcp   the same over loopback TCP (AgentEngine(in_process=False): httpx pool -> uvicorn)
   gw-full  the in-process gateway encoding every prompt in full (no prefix reuse: the baseline of
            serve/gateway_prefix.py, for the in-gateway figure)
+  tcp-5ms  gw-tcp with Python's GIL switch interval left at its default (the gateway shortens it
+           while serving: serve/gateway.py SWITCH_INTERVAL_S)
 All roll out ROWS trajectories at once; ROUNDS alternating rounds, medians reported.
 Prints trajectories/s of each, the ratio of wall times (target <= 1.3x), the gateway's added
 latency per call (in-gateway time outside generation: render, parse, record; target < 2 ms), and
@@ -147,6 +149,17 @@ async def gateway_tcp(model, tok, rows):
     return await gateway(model, tok, rows, in_process=False)
 
 
+async def gateway_tcp_default_switch(model, tok, rows):
+    import rlfactory.serve.gateway as serving_gateway
+
+    kept = serving_gateway.SWITCH_INTERVAL_S
+    serving_gateway.SWITCH_INTERVAL_S = sys.getswitchinterval()  # the gateway leaves Python's interval as it is
+    try:
+        return await gateway(model, tok, rows, in_process=False)
+    finally:
+        serving_gateway.SWITCH_INTERVAL_S = kept
+
+
 async def gateway_full_encode(model, tok, rows):
     return await gateway(model, tok, rows, reuse=False)
 
@@ -243,7 +256,8 @@ def main() -> None:
     asyncio.run(native(model, tok, rows[:2]))  # warm-up: both paths' first-call costs
     asyncio.run(gateway(model, tok, rows[:2]))
     asyncio.run(gateway_tcp(model, tok, rows[:2]))
-    modes = {"native": native, "gateway": gateway, "gw-tcp": gateway_tcp, "gw-full": gateway_full_encode}
+    modes = {"native": native, "gateway": gateway, "gw-tcp": gateway_tcp, "gw-full": gateway_full_encode,
+             "tcp-5ms": gateway_tcp_default_switch}
     walls: dict[str, list[float]] = {name: [] for name in modes}
     overheads, cpus, full_overheads, full_cpus = [], [], [], []
     diags: dict[str, list[Diag]] = {name: [] for name in modes}
@@ -273,7 +287,9 @@ def main() -> None:
     print(f"  native env        {n:6.2f} s  {args.rows / n:6.2f} traj/s")
     print(f"  gateway (OpenAI)  {g:6.2f} s  {args.rows / g:6.2f} traj/s")
     print(f"  gateway, TCP      {gt:6.2f} s  {args.rows / gt:6.2f} traj/s")
-    print(f"  gateway / native wall time: {g / n:.2f}x (target <= 1.3x); over TCP {gt / n:.2f}x")
+    t5 = statistics.median(walls["tcp-5ms"])
+    print(f"  gateway / native wall time: {g / n:.2f}x (target <= 1.3x); over TCP {gt / n:.2f}x "
+          f"(with Python's {sys.getswitchinterval() * 1000:g} ms GIL switch interval kept: {t5 / n:.2f}x)")
     for name in modes:
         ds = diags[name]
         med = lambda f: statistics.median(f(d) for d in ds)  # noqa: E731

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -51,6 +52,14 @@ from rlfactory.serve.gateway_api import (BadRequest, ChatRequest, completion, er
                                          stream_chunks, unmet_tool_choice)
 from rlfactory.serve.gateway_prefix import KnownText, PrefixEncoder, backend_encode
 from rlfactory.serve.gateway_record import Episode
+
+
+SWITCH_INTERVAL_S = 0.0005
+"""The interpreter's GIL switch interval while a gateway serves (Python's default: 5 ms). The event
+loop (agents, HTTP, gateway) lets go of the GIL for every socket call and Rust call, then waits for
+the decode thread, which holds it while it runs Python, for up to the switch interval: at 5 ms an
+agent over loopback TCP took 1.39x the native env's wall time, at 0.5 ms 1.05x (native unchanged;
+benchmarks/gateway.py's workload, one run each, load ~2)."""
 
 
 class UnknownEpisode(KeyError):
@@ -126,6 +135,7 @@ class Gateway:
         a socket (train/gateway_agents.py does, for agents in the gateway's own event loop)."""
         self._server: Any = None
         self._task: asyncio.Task | None = None
+        self._switch_before: float | None = None
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
@@ -357,6 +367,9 @@ class Gateway:
                 raise RuntimeError(f"the gateway did not start on {host}:{port}")
             await asyncio.sleep(0.005)
         self.url = f"http://{host}:{port}"
+        if sys.getswitchinterval() > SWITCH_INTERVAL_S:  # shorter GIL waits for the loop while serving
+            self._switch_before = sys.getswitchinterval()
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
         return self.url
 
     async def stop(self) -> None:
@@ -367,6 +380,9 @@ class Gateway:
         self._server = self._task = None
         self.url = None
         self.asgi = None
+        if self._switch_before is not None:
+            sys.setswitchinterval(self._switch_before)
+            self._switch_before = None
 
 
 class _InLoopServer:

@@ -131,3 +131,19 @@ def test_hostile_requests_get_one_line_and_the_gateway_goes_on(tiny):
     assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "tool_calls"
     assert '"arguments": {oops}' in episode.samples[0].segments[0].text  # shown as the agent sent it
     assert "\ufffd" in episode.samples[0].segments[0].text
+
+
+def test_the_gil_switch_interval_is_short_while_the_gateway_serves(tiny):
+    import sys
+
+    from rlfactory.serve.gateway import SWITCH_INTERVAL_S
+
+    before = sys.getswitchinterval()
+    assert before > SWITCH_INTERVAL_S  # Python's default, 5 ms
+
+    async def main():
+        async with serving(*tiny) as gw:
+            return sys.getswitchinterval(), gw.url
+
+    during, url = asyncio.run(main())
+    assert url and during == SWITCH_INTERVAL_S and sys.getswitchinterval() == before
