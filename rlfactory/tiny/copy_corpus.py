@@ -210,6 +210,12 @@ def chat_text(tok: Any, msgs: list[dict[str, Any]], tools: list[dict[str, Any]])
     return head + msgs[-1]["content"] + "<|im_end|>\n"
 
 
+def _response_answer(rng: random.Random, args: dict[str, Any], answer: str) -> str:
+    """A tool response holding `answer` among the call's values, then the answer that copies it."""
+    return (f"<|im_start|>user\n<tool_response>\n{result_text(rng, args, answer)}\n</tool_response><|im_end|>\n"
+            f"<|im_start|>assistant\n<answer>{answer}</answer><|im_end|>")
+
+
 def compact_doc(rng: random.Random) -> str:
     """Two to four question -> call -> result -> answer steps, without the tools block."""
     out = []
@@ -218,9 +224,7 @@ def compact_doc(rng: random.Random) -> str:
         args = {p.name: value(rng, p.kind) for p in tool.params}
         answer = result_value(rng)
         out.append(f"<|im_start|>user\n{question(rng, tool, args)}<|im_end|>\n<|im_start|>assistant\n"
-                   f"{_call_text(tool, args)}<|im_end|>\n<|im_start|>user\n<tool_response>\n"
-                   f"{result_text(rng, args, answer)}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
-                   f"<answer>{answer}</answer><|im_end|>")
+                   f"{_call_text(tool, args)}<|im_end|>\n{_response_answer(rng, args, answer)}")
     return "\n".join(out)
 
 
@@ -232,8 +236,7 @@ def answer_doc(rng: random.Random) -> str:
         tool = make_tool(rng)
         args = {p.name: value(rng, p.kind) for p in tool.params}
         answer = result_value(rng)
-        out.append(f"<|im_start|>user\n<tool_response>\n{result_text(rng, args, answer)}\n</tool_response><|im_end|>\n"
-                   f"<|im_start|>assistant\n<answer>{answer}</answer><|im_end|>")
+        out.append(_response_answer(rng, args, answer))
     return "\n".join(out)
 
 
