@@ -15,6 +15,7 @@ config is validated. The sections are imported on first use, so a process that o
     env.py        env:
     reward.py     reward: (and its judge and verify parts)
     tracker.py    trainer.tracker:
+    kernels.py    trainer.kernels:
     sft.py, fsdp.py, ray.py   sft:, fsdp:, ray:
     run.py        algo:, trainer:, and RunConfig, the whole file
 """
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from rlfactory.config.env import EnvConfig
     from rlfactory.config.fsdp import FsdpConfig
     from rlfactory.config.generator import GeneratorConfig
+    from rlfactory.config.kernels import KernelsConfig
     from rlfactory.config.ray import RayConfig
     from rlfactory.config.reward import JudgeConfig, RewardConfig, VerifyConfig
     from rlfactory.config.rollout import TOOL_FAILURE_STATUSES, ModelConfig, RolloutConfig, SamplingConfig
@@ -56,6 +58,7 @@ _SECTIONS = {
     "EnvConfig": "env",
     "FsdpConfig": "fsdp",
     "GeneratorConfig": "generator",
+    "KernelsConfig": "kernels",
     "RayConfig": "ray",
     "JudgeConfig": "reward",
     "RewardConfig": "reward",

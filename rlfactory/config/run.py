@@ -15,6 +15,7 @@ from rlfactory.config.base import ConfigPath, Section, require_at_least_one
 from rlfactory.config.env import EnvConfig
 from rlfactory.config.fsdp import FsdpConfig
 from rlfactory.config.generator import GeneratorConfig
+from rlfactory.config.kernels import KernelsConfig
 from rlfactory.config.ray import RayConfig
 from rlfactory.config.reward import RewardConfig
 from rlfactory.config.rollout import ModelConfig, RolloutConfig, SamplingConfig
@@ -168,6 +169,8 @@ class TrainerConfig(Section):
     """LoRA settings; unset = full fine-tuning."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, slower)."""
+    kernels: KernelsConfig = KernelsConfig()
+    """Kernels of the training forward (fused LM-head logprobs, Liger, torch.compile, packing)."""
     eval_every: int = 0
     """Evaluate on the env's test split every this many steps; 0 = never during training."""
     eval_limit: int | None = None
