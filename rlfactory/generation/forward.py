@@ -14,6 +14,7 @@ from torch import nn
 from transformers import DynamicCache
 
 from rlfactory.generation.attention_masks import MaskPlan, mask_plan
+from rlfactory.generation import gqa_attention
 from rlfactory.generation.decode_graph import static_mask_plan
 from rlfactory.generation.kv_cache import cache_kwarg
 from rlfactory.generation.rows import Row
@@ -38,6 +39,7 @@ class Forward:
         self.rng = rng
         self.logits_processor = logits_processor
         self._plan: tuple[int, MaskPlan | None, MaskPlan | None] | None = None
+        gqa_attention.install()  # GQA decode steps attend without repeat_kv copies (gqa_attention.py)
 
     def mask_plan(self) -> MaskPlan | None:
         """None for full-attention models (2D padding masks); else how to build position masks."""
