@@ -21,7 +21,7 @@ dispatch, kernel launches): `plan_micro_batches` splits only where that saves mo
 
 def plan_micro_batches(completion_len: Sequence[int], prompt_len: Sequence[int], prompt_key: Sequence[int],
                        size: int | None = None, max_tokens: int | None = None,
-                       overhead: int = PASS_OVERHEAD_TOKENS) -> list[list[int]]:
+                       overhead: int = PASS_OVERHEAD_TOKENS, packed: bool = False) -> list[list[int]]:
     """Split rows 0..n-1 into forward/backward passes of rows of similar length.
 
     A pass pads its completions to its longest and runs each distinct prompt (`prompt_key`) once,
@@ -35,10 +35,16 @@ def plan_micro_batches(completion_len: Sequence[int], prompt_len: Sequence[int],
     Why: a step's trajectories differ in length by whole tool responses (one search against three),
     so padding them all to the longest one wastes up to half the update's compute and memory; verl's
     dynamic batch size (`use_dynamic_bsz`) and TRL's `group_by_length` answer the same waste.
+
+    `packed` (passes packed without padding, rlfactory/train/packed.py): a pass computes its real
+    tokens only, `packed_tokens`; rows are taken in prompt order (a prompt's rows together, so a
+    split costs its prompt once more) and `max_tokens` caps those real tokens.
     """
     n = len(completion_len)
     if n == 0:
         return []
+    if packed:
+        return _plan_packed(completion_len, prompt_len, prompt_key, size, max_tokens, overhead)
     order = sorted(range(n), key=lambda i: (int(completion_len[i]), int(prompt_key[i]), i))
     lc = [int(completion_len[i]) for i in order]
     lp = [int(prompt_len[i]) for i in order]
@@ -57,6 +63,45 @@ def plan_micro_batches(completion_len: Sequence[int], prompt_len: Sequence[int],
             tokens = rows * lc[j - 1] + len(prompts) * longest_prompt
             if max_tokens is not None and tokens > max_tokens and rows > 1:
                 break  # longer passes only grow (the rows are sorted by length)
+            total = best[i] + tokens + overhead
+            if total < best[j]:
+                best[j], cut[j] = total, i
+    passes = []
+    j = n
+    while j > 0:
+        passes.append(sorted(order[cut[j]:j]))
+        j = cut[j]
+    return passes[::-1]
+
+
+def packed_tokens(completion_len: Sequence[int], prompt_len: Sequence[int], prompt_key: Sequence[int]) -> int:
+    """Tokens of one packed pass of these rows: each distinct prompt once, and each completion but
+    its last token (which predicts nothing)."""
+    prompts = {int(k): int(p) for k, p in zip(prompt_key, prompt_len)}
+    return sum(prompts.values()) + sum(max(int(c) - 1, 0) for c in completion_len)
+
+
+def _plan_packed(completion_len: Sequence[int], prompt_len: Sequence[int], prompt_key: Sequence[int],
+                 size: int | None, max_tokens: int | None, overhead: int) -> list[list[int]]:
+    """plan_micro_batches for packed passes: the same exact dynamic programming over the rows in
+    prompt order, costing each pass its real tokens plus `overhead`."""
+    n = len(completion_len)
+    order = sorted(range(n), key=lambda i: (int(prompt_key[i]), int(completion_len[i]), i))
+    inf = float("inf")
+    best = [0.0] + [inf] * n
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        tokens, prompts = 0, set()
+        for i in range(j - 1, -1, -1):  # the last pass is rows order[i..j-1]
+            r = order[i]
+            if j - i > (size or PLAN_WINDOW):
+                break
+            tokens += max(int(completion_len[r]) - 1, 0)
+            if int(prompt_key[r]) not in prompts:
+                prompts.add(int(prompt_key[r]))
+                tokens += int(prompt_len[r])
+            if max_tokens is not None and tokens > max_tokens and j - i > 1:
+                break  # longer passes only grow
             total = best[i] + tokens + overhead
             if total < best[j]:
                 best[j], cut[j] = total, i

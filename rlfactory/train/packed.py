@@ -26,6 +26,7 @@ the FSDP learner runs the decoder the same number of times (once per pass).
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -139,6 +140,18 @@ def packable(decoder: nn.Module) -> str | None:
     if impl not in (*DENSE_KERNELS, FLEX):
         return f"{type(decoder).__name__} uses the {impl!r} attention kernel (packed passes take sdpa, eager or flex)"
     return None
+
+
+def use_packed(switch: str, decoder: nn.Module, device: torch.device) -> bool:
+    """Whether a run packs its passes (`trainer.kernels.packed`: auto = on CUDA, on = everywhere)
+    for a model whose transformer body is `decoder`. A model that cannot (`packable`) keeps padded
+    passes; with `on` that is said in one line on stderr."""
+    if not (switch == "on" or (switch == "auto" and device.type == "cuda")):
+        return False
+    reason = packable(decoder)
+    if reason is not None and switch == "on":
+        print(f"trainer.kernels.packed: on, but {reason}: its passes stay padded", file=sys.stderr)
+    return reason is None
 
 
 def attention_kernel(decoder: nn.Module) -> str:

@@ -130,10 +130,11 @@ class RowLayout:
         return self.local_index[self._mine(positions, rank)]
 
     def micro_batches(self, positions: torch.Tensor, size: int | None, max_tokens: int | None = None,
-                      by_length: bool = False, rank: int | None = None) -> list[torch.Tensor]:
+                      by_length: bool = False, rank: int | None = None, packed: bool = False) -> list[torch.Tensor]:
         """The forward/backward passes of `rank` (default this one) over global rows `positions`:
         its local row indices, each pass non-empty. `by_length` (with `shape`): passes of rows of
-        similar length (rlfactory/passes.py `plan_micro_batches`); else consecutive chunks of `size`."""
+        similar length (rlfactory/passes.py `plan_micro_batches`; `packed`: passes packed without
+        padding, `max_tokens` counting real tokens); else consecutive chunks of `size`."""
         mine = self._mine(positions, rank)
         local = self.local_index[mine]
         if not len(local):
@@ -141,12 +142,13 @@ class RowLayout:
         if not by_length or self.shape is None:
             return [c for c in micro_batches(local, size) if len(c)]
         lc, lp, key = self.shape[mine].T.tolist()
-        return [local[torch.tensor(p, dtype=torch.long)] for p in plan_micro_batches(lc, lp, key, size, max_tokens)]
+        plan = plan_micro_batches(lc, lp, key, size, max_tokens, packed=packed)
+        return [local[torch.tensor(p, dtype=torch.long)] for p in plan]
 
     def passes(self, positions: torch.Tensor, micro_batch_size: int | None, max_tokens: int | None = None,
-               by_length: bool = False) -> int:
+               by_length: bool = False, packed: bool = False) -> int:
         """Micro-batch passes the busiest rank makes over global rows `positions`."""
-        return max(len(self.micro_batches(positions, micro_batch_size, max_tokens, by_length, r))
+        return max(len(self.micro_batches(positions, micro_batch_size, max_tokens, by_length, r, packed))
                    for r in range(self.world_size))
 
 
