@@ -31,6 +31,8 @@ from rlfactory.generation.attention_masks import mask_plan
 from rlfactory.generation.kv_cache import cache_kwarg, returned_cache
 from rlfactory.train.batch import TrainBatch, filler_batch, micro_batches
 from rlfactory.train.batch_images import joined, mrope_positions, multimodal_body, pixel_kwargs
+from rlfactory.train.fused_head import fused_head_logprobs, linear_head
+from rlfactory.train.kernels import PLAIN, TrainKernels, compiled, training_pass
 
 
 def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
@@ -121,21 +123,33 @@ def policy_forward(
     with_entropy: bool = False,
     entropy_grad: bool = True,
     share_prefix: bool = True,
+    kernels: TrainKernels = PLAIN,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprob of each completion token under `model` (and the entropy there).
 
     Returns (logp [B, Lc] float32, entropy [B, Lc] float32 or None), both 0 where loss_mask is 0
     (not computed there). Gradients flow to logp when enabled, and to the entropy only with
-    `entropy_grad` (otherwise it is a detached metric).
+    `entropy_grad` (otherwise it is a detached metric). `kernels` (rlfactory/train/kernels.py):
+    the fused head, Liger's kernels (applied to `model` beforehand), the compiled decoder.
     """
     if isinstance(model, PolicyModule):  # its forward runs this function (so FSDP2's hooks see the pass)
         return model(batch, temperature=temperature, bf16=bf16, with_entropy=with_entropy,
-                     entropy_grad=entropy_grad, share_prefix=share_prefix)
+                     entropy_grad=entropy_grad, share_prefix=share_prefix, kernels=kernels)
     decoder, head = decoder_and_head(model)
     sel = batch.loss_mask > 0
-    with autocast(batch.completion_ids.device, bf16):
-        h = predictive_hidden(decoder, batch, share_prefix)
-        logits = head(h[sel])  # [N, V]
+    # Inside PolicyModule's forward the FSDP2 root has gathered the head's weight (a plain tensor).
+    fused = linear_head(head) if kernels.fused_head else None
+    with autocast(batch.completion_ids.device, bf16), training_pass(kernels.liger):
+        h = predictive_hidden(compiled(decoder) if kernels.compile else decoder, batch, share_prefix)
+        if fused is not None:
+            lp, e = fused_head_logprobs(h[sel], *fused, batch.targets[sel], temperature=temperature,
+                                        chunk_tokens=kernels.head_chunk_tokens, with_entropy=with_entropy,
+                                        entropy_grad=entropy_grad)
+        else:
+            logits = head(h[sel])  # [N, V]
+    if fused is not None:
+        zeros = torch.zeros(sel.shape, dtype=torch.float32, device=sel.device)
+        return zeros.masked_scatter(sel, lp), (zeros.masked_scatter(sel, e) if e is not None else None)
     if temperature != 1.0:
         logits = logits.float() / temperature
     # else: bf16 logits stay bf16 ([N, V] is the largest tensor of the step: 10 GB in float32 for
@@ -193,6 +207,7 @@ def batched_logprobs(
     share_prefix: bool = True,
     passes: int = 0,
     chunks: list[torch.Tensor] | None = None,
+    kernels: TrainKernels = PLAIN,
 ) -> torch.Tensor:
     """`policy_forward` logprobs for the whole batch without gradients, in micro-batches: [B, Lc].
 
@@ -207,8 +222,10 @@ def batched_logprobs(
         chunks = micro_batches(torch.arange(len(batch), device=out.device), micro_batch_size) if len(batch) else []
     for idx in chunks:
         mb = batch.select(idx)
-        logp, _ = policy_forward(model, mb, temperature=temperature, bf16=bf16, share_prefix=share_prefix)
+        logp, _ = policy_forward(model, mb, temperature=temperature, bf16=bf16, share_prefix=share_prefix,
+                                 kernels=kernels)
         out[idx, : logp.shape[1]] = logp
     for _ in range(passes - len(chunks)):
-        policy_forward(model, filler_batch(out.device), temperature=temperature, bf16=bf16, share_prefix=share_prefix)
+        policy_forward(model, filler_batch(out.device), temperature=temperature, bf16=bf16, share_prefix=share_prefix,
+                       kernels=kernels)
     return out

@@ -17,6 +17,7 @@ from rlfactory.algos.losses import entropy_bonus, get_policy_loss, kl_loss, trun
 from rlfactory.train.batch import TrainBatch, filler_batch
 from rlfactory.config import AlgoConfig
 from rlfactory.train.critic import Critic
+from rlfactory.train.kernels import PLAIN, TrainKernels
 from rlfactory.train.logprobs import policy_forward
 from rlfactory.train.parallel import Parallel, RowLayout, SingleProcess, reduce_weighted
 
@@ -61,6 +62,8 @@ class PolicyUpdate:
     """Run each distinct prompt once per micro-batch (see logprobs.py); off with gradient checkpointing."""
     parallel: Parallel = field(default_factory=SingleProcess)
     """The processes the update runs in (metrics are reduced over them)."""
+    kernels: TrainKernels = PLAIN
+    """The training forward's kernels (trainer.kernels, resolved by rlfactory/train/kernels.py)."""
 
     def params(self) -> list[nn.Parameter]:
         ps = [p for p in self.model.parameters() if p.requires_grad]
@@ -149,7 +152,7 @@ class PolicyUpdate:
         """A forward and backward of weight 0: keeps this rank's collectives in step with a rank
         that has more micro-batches in this minibatch (FSDP all-gathers and reduce-scatters)."""
         logp, _ = policy_forward(self.model, filler_batch(device), temperature=self.temperature, bf16=self.bf16,
-                                 share_prefix=self.share_prefix)
+                                 share_prefix=self.share_prefix, kernels=self.kernels)
         loss = logp.sum() * 0.0
         if self.critic is not None:
             loss = loss + self.critic(filler_batch(device), self.bf16, self.share_prefix).sum() * 0.0
@@ -176,6 +179,7 @@ class PolicyUpdate:
         logp, ent = policy_forward(
             self.model, sub, temperature=self.temperature, bf16=self.bf16,
             with_entropy=True, entropy_grad=algo.entropy_coef != 0, share_prefix=self.share_prefix,
+            kernels=self.kernels,
         )
         if data.old_logp is None:
             old = logp.detach()
