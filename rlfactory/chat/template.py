@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlfactory.chat.encode import encode_text
 from rlfactory.text import valid_text
 from rlfactory.tools.base import ToolCall, ToolSpec
 
@@ -89,14 +90,16 @@ class ChatTemplate:
         Every family encodes prompts and observations here, so this is where outside text (a
         dataset row, a tool result, an external agent's message) meets the tokenizer: a character
         that is not valid Unicode (a lone surrogate), which tokenizers refuse with a TypeError, is
-        replaced by U+FFFD and counted in `replaced_chars` (rlfactory/text.py)."""
+        replaced by U+FFFD and counted in `replaced_chars` (rlfactory/text.py). The ids are the
+        tokenizer's `encode(text, add_special_tokens=False)`, by the Rust tokenizer's own encode
+        where that gives the same ids (chat/encode.py: it does not wait to win the GIL back)."""
         text, replaced = valid_text(text)
         if replaced:
             if not self.replaced_chars:
                 log.warning("replaced %d character(s) that are not valid Unicode (lone surrogates) with U+FFFD "
                             "before tokenizing; the text came from a dataset row, a message or a tool", replaced)
             self.replaced_chars += replaced
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return encode_text(self.tokenizer, text)
 
     def token_id(self, token: str | None) -> int | None:
         """The id of `token` if it is one token of the vocabulary, else None."""

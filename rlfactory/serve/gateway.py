@@ -50,7 +50,7 @@ from rlfactory.protocols import GenRequest, GenResult, GenerationUnavailable, Ge
 from rlfactory.generation.sampling import mix_seed
 from rlfactory.serve.gateway_api import (BadRequest, ChatRequest, completion, error_body, make_choice, parse_chat,
                                          stream_chunks, unmet_tool_choice)
-from rlfactory.serve.gateway_prefix import KnownText, PrefixEncoder, backend_encode
+from rlfactory.serve.gateway_prefix import KnownText, PrefixEncoder
 from rlfactory.serve.gateway_record import Episode
 
 
@@ -119,8 +119,8 @@ class Gateway:
         logprobs must be those the trainer corrects for. None: each request's temperature/top_p."""
         self.stats = GatewayStats()
         self.episodes: dict[str, Episode] = {}
-        self.prefix = PrefixEncoder(tool_manager.template.encode, tokenizer, verify_prefix,
-                                    fast=backend_encode(tokenizer)) if _renders_its_prompt_text(tool_manager) else None
+        self.prefix = PrefixEncoder(tool_manager.template.encode, tokenizer, verify_prefix) \
+            if _renders_its_prompt_text(tool_manager) else None
         """Encodes each prompt reusing the ids of the episode's previous prompt and of the latest
         prompt of any episode (gateway_prefix.py); None: the family renders ids only."""
         self._latest: KnownText | None = None

@@ -22,7 +22,8 @@ tokenizer that is not cut at its added tokens), the first `verify` reuses with a
 checked against a full encode (counted per tokenizer object, so a gateway made per round or per
 run checks once); a mismatch logs one line naming the first differing token, turns reuse off for
 that tokenizer, and the full encode is what the call gets. `verify=True` checks every call
-(tests).
+(tests). The gateway's `encode` is the template's (`ChatTemplate.encode`), which takes the Rust
+tokenizer's own encode where that gives transformers' ids (chat/encode.py, checked there).
 """
 
 from __future__ import annotations
@@ -78,12 +79,8 @@ class PrefixEncoder:
     `tokenizer` names the anchors (its `added_tokens_decoder`); none, and every call encodes in
     full."""
 
-    def __init__(self, encode: Callable[[str], list[int]], tokenizer: Any, verify: int | bool = 16,
-                 fast: Callable[[str], list[int]] | None = None) -> None:
-        """`fast`: the same encode by a quicker road (`backend_encode`), checked against `encode`
-        with the reuses."""
+    def __init__(self, encode: Callable[[str], list[int]], tokenizer: Any, verify: int | bool = 16) -> None:
         self._encode = encode
-        self._fast = fast or encode
         self.verify_all = verify is True
         self.verify_first = 0 if verify is False else int(verify)
         self.stats = PrefixStats()
@@ -120,24 +117,23 @@ class PrefixEncoder:
                 if at is not None and (best is None or at[0] > best[0]):
                     best = (*at, k)
         if best is None:
-            ids = (self._fast if self.enabled else self._encode)(text)
+            ids = self._encode(text)
             self.stats.encoded_chars += len(text)
             s = 0
         else:
             s, j, k = best
-            ids = k.ids[:j] + self._fast(text[s:])
+            ids = k.ids[:j] + self._encode(text[s:])
             self.stats.encoded_chars += len(text) - s
             self.stats.reused_tokens += j
-        if (best is not None or self._fast is not self._encode) and (
-                self.verify_all or self._trust.verified < self.verify_first):
+        if best is not None and (self.verify_all or self._trust.verified < self.verify_first):
             self._trust.verified += 1
             self.stats.verified += 1
             full = self._encode(text)
             if full != ids:
                 at = first_difference(full, ids)
-                log.warning("the tokenizer does not cut its text at added tokens, or its quick encode differs "
-                            "(encoding from character %d differs from a full encode at token %d: %r vs %r); the "
-                            "gateway now encodes every prompt in full", s, at, full[at: at + 4], ids[at: at + 4])
+                log.warning("the tokenizer does not cut its text at added tokens (encoding from character %d "
+                            "differs from a full encode at token %d: %r vs %r); the gateway now encodes every "
+                            "prompt in full", s, at, full[at: at + 4], ids[at: at + 4])
                 self._trust.broken = True
                 ids = full
         return self._known(text, ids)
@@ -152,22 +148,6 @@ class PrefixEncoder:
         if len(spans) != len(ids_at):
             return KnownText(text, ids)
         return KnownText(text, ids, [(s, e, i) for (s, e), i in zip(spans, ids_at)])
-
-
-def backend_encode(tokenizer: Any) -> Callable[[str], list[int]] | None:
-    """The Rust tokenizer's own `encode` of a Hugging Face fast tokenizer (None for others): the
-    ids of `tokenizer.encode(text, add_special_tokens=False)` without its batch road, which lets
-    go of the GIL and must win it back from the decode thread (up to the 5 ms switch interval when
-    that thread runs Python; 0.33 ms vs 5.7 ms wall for 190 characters beside a busy thread)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or getattr(tokenizer, "split_special_tokens", False) or \
-            getattr(backend, "encode_special_tokens", False):
-        return None
-
-    def encode(text: str) -> list[int]:
-        return backend.encode(text, add_special_tokens=False).ids
-
-    return encode
 
 
 def _anchor_tokens(tokenizer: Any) -> dict[str, int]:
