@@ -243,6 +243,30 @@ def test_each_episode_has_its_own_connection_pool_closed_when_it_ends(tiny):
     assert all(p._pool.connections == [] for p in pools)  # closed with their episodes
 
 
+def test_tcp_episodes_load_no_ca_bundle(tiny, monkeypatch):
+    """The gateway serves plain HTTP: the engine's pools get an SSL context without the CA bundle
+    (loading it cost ~32 ms of the event loop's CPU per engine), one that would refuse any certificate."""
+    import ssl
+
+    import openai_agent
+
+    model, tok = tiny
+    loads = []
+    for name in ("load_verify_locations", "load_default_certs"):
+        original = getattr(ssl.SSLContext, name)
+        monkeypatch.setattr(ssl.SSLContext, name, lambda self, *a, _o=original, _n=name, **k: (loads.append(_n), _o(self, *a, **k))[1])
+    rows = [{"id": f"r{i}", "question": f"Add {i} and 2.", "answer": i + 2} for i in range(2)]
+
+    async def main():
+        async with serving(model, tok) as gw:
+            engine = AgentEngine(gw, openai_agent.agent, openai_agent.reward, in_process=False)
+            return engine, await engine.run(rows, 1)
+
+    engine, trajs = asyncio.run(main())
+    assert [t.reward for t in trajs] == [1.0, 1.0] and loads == []
+    assert engine._ssl.verify_mode == ssl.CERT_REQUIRED and engine._ssl.cert_store_stats()["x509_ca"] == 0
+
+
 def test_in_process_agents_reach_the_gateway_without_a_socket_and_record_the_template_ids(tiny):
     """client.openai() calls the gateway's app in process (no HTTP stack on either end); the
     recorded ids are still what the chat template renders for the conversation the agent sent."""
