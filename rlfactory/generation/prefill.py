@@ -13,6 +13,7 @@ left-padded cache of their own instead and each row is then copied into its slot
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import torch
 
@@ -24,7 +25,6 @@ from rlfactory.generation.rows import Row
 from rlfactory.generation.slots import Slots
 from rlfactory.generation.stops import StopCheck
 from rlfactory.generation.vision import VisionPrefill, pixel_kwargs
-from rlfactory.passes import plan_micro_batches
 
 PREFILL_OVERHEAD_TOKENS = 48
 """What one more prefill forward costs on the CPU, in prefilled tokens: rlfactory's tiny 10M model
@@ -36,13 +36,42 @@ more. A prefill of rows of 512, 64 and 64 new tokens took 400 ms padded into one
 def prefill_groups(lengths: list[int], device: torch.device) -> list[list[int]]:
     """The forwards that prefill rows of these new-token counts (positions into `lengths`). On the
     CPU, where a forward costs its tokens, rows of very different lengths go in separate forwards
-    where that saves more padded positions than PREFILL_OVERHEAD_TOKENS (rlfactory/passes.py). On
-    an accelerator a small model's forward costs its kernel launches, not its padded positions
-    (decode_graph.py: ~45 ms of launches for well under 5 ms of GPU work), so they stay one."""
-    if device.type != "cpu":
-        return [list(range(len(lengths)))]
-    none = [0] * len(lengths)
-    return plan_micro_batches(lengths, none, none, overhead=PREFILL_OVERHEAD_TOKENS)
+    where that saves more padded positions than PREFILL_OVERHEAD_TOKENS (the split of
+    rlfactory/passes.py's `plan_micro_batches`, rows without prompts). On an accelerator a small
+    model's forward costs its kernel launches, not its padded positions (decode_graph.py: ~45 ms of
+    launches for well under 5 ms of GPU work), so they stay one."""
+    n = len(lengths)
+    top = max(lengths, default=0)
+    # No split can save more padding than one forward holds: one forward, without planning (the
+    # plan is Python, O(rows^2): 2-7 ms a call in the rollout benchmark, every step with arrivals).
+    if device.type != "cpu" or n < 2 or sum(top - x for x in lengths) <= PREFILL_OVERHEAD_TOKENS:
+        return [list(range(n))]
+    return length_groups(lengths, PREFILL_OVERHEAD_TOKENS)
+
+
+def length_groups(lengths: list[int], overhead: int) -> list[list[int]]:
+    """The cheapest split of rows into forwards, a forward costing `overhead` plus its rows times its
+    longest row: `plan_micro_batches(lengths, 0s, 0s, overhead=overhead)`'s cost, planned over the
+    distinct lengths (some split that cuts only between different lengths is cheapest: a row in a
+    later forward as short as the earlier forward's longest costs no more there). Returns each
+    forward's row positions in ascending order, shortest forward first."""
+    values = sorted(set(lengths))
+    count = Counter(lengths)
+    rows = [0]  # rows of the first k distinct lengths
+    for v in values:
+        rows.append(rows[-1] + count[v])
+    best = [0] + [float("inf")] * len(values)
+    cut = [0] * (len(values) + 1)
+    for k in range(1, len(values) + 1):
+        for i in range(k - 1, -1, -1):  # the last forward holds lengths values[i:k]
+            total = best[i] + (rows[k] - rows[i]) * values[k - 1] + overhead
+            if total < best[k]:
+                best[k], cut[k] = total, i
+    bounds, k = [], len(values)
+    while k > 0:
+        bounds.append((values[cut[k]], values[k - 1]))
+        k = cut[k]
+    return [[p for p, x in enumerate(lengths) if lo <= x <= hi] for lo, hi in reversed(bounds)]
 
 
 class Prefill:
