@@ -54,11 +54,16 @@ PLAIN = TrainKernels()
 """Today's path: the plain head, padded passes, transformers' own modules, no compile."""
 
 
-def resolve_kernels(cfg: KernelsConfig, model: nn.Module, head: nn.Module, device: torch.device) -> TrainKernels:
-    """The kernels a run on `device` uses; `auto` = on CUDA (where possible). `on` where a kernel
-    cannot run raises ConfigError with one line naming the key and the cause; the fused head falls
-    back to the plain one (one line on stderr) where `head` is not a plain linear layer."""
+def resolve_kernels(cfg: KernelsConfig, model: nn.Module, decoder: nn.Module, head: nn.Module,
+                    device: torch.device) -> TrainKernels:
+    """The kernels a run on `device` uses for `model` (its transformer body `decoder` and LM head
+    `head`: rlfactory/train/logprobs.py `decoder_and_head(model)`, after LoRA is applied); `auto` =
+    on CUDA where possible. `liger: on` where Liger cannot run raises ConfigError with one line
+    naming the key and the cause; the fused head falls back to the plain one where `head` is not
+    a plain linear layer, and packing to padded passes where the model cannot pack (one line on
+    stderr each, when they were asked for with `on` or could not be used on CUDA)."""
     from rlfactory.train.fused_head import linear_head
+    from rlfactory.train.packed import use_packed
 
     cuda = device.type == "cuda"
     fused = cfg.fused_head == "on" or (cfg.fused_head == "auto" and cuda)
@@ -72,9 +77,8 @@ def resolve_kernels(cfg: KernelsConfig, model: nn.Module, head: nn.Module, devic
         if reason is not None and cfg.liger == "on":
             raise ConfigError(f"trainer.kernels.liger: on, but {reason}")
         liger = reason is None
-    packed = cfg.packed == "on" or (cfg.packed == "auto" and cuda)
-    return TrainKernels(fused_head=fused, head_chunk_tokens=cfg.head_chunk_tokens, packed=packed, liger=liger,
-                        compile=cfg.compile)
+    return TrainKernels(fused_head=fused, head_chunk_tokens=cfg.head_chunk_tokens,
+                        packed=use_packed(cfg.packed, decoder, device), liger=liger, compile=cfg.compile)
 
 
 def liger_unavailable(model: nn.Module, device: torch.device) -> str | None:

@@ -26,7 +26,8 @@ from rlfactory.config import RunConfig
 from rlfactory.train.critic import Critic
 from rlfactory.train.data import step_generator
 from rlfactory.train.episodes import episode_advantages
-from rlfactory.train.logprobs import batched_logprobs
+from rlfactory.train.kernels import apply_liger, resolve_kernels
+from rlfactory.train.logprobs import batched_logprobs, decoder_and_head
 from rlfactory.train.metrics import logprob_mismatch, tensor_stats
 from rlfactory.train.model import ReferencePolicy, apply_lora, make_optimizer, make_scheduler
 from rlfactory.train.parallel import Parallel, RowLayout
@@ -77,7 +78,13 @@ class Learner:
         if self.reference is not None and self.reference.copy is not None:
             self.reference.copy = parallel.wrap_frozen(self.reference.copy)
         self.replica = model  # the rollout model; the trained policy itself in one process
-        self.policy = apply_lora(model, tr.lora) if tr.lora is not None else parallel.wrap_policy(model)
+        lora = apply_lora(model, tr.lora) if tr.lora is not None else None  # injected into `model` in place
+        # Resolved on the model as trained (LoRA on lm_head rules out the fused head), patched
+        # before FSDP's sharded copy is made, so that the copy carries Liger's switches.
+        self.kernels = resolve_kernels(tr.kernels, model, *decoder_and_head(model), self.device)
+        if self.kernels.liger:
+            apply_liger(model)
+        self.policy = lora if lora is not None else parallel.wrap_policy(model)
         if algo.kl_coef > 0 and tr.lora is not None:
             self.reference = ReferencePolicy(self.policy, lora=True)
         self.critic = Critic(self.policy).to(self.device) if advantage_kind(algo.advantage) == "token" else None
@@ -89,7 +96,7 @@ class Learner:
         self.update = PolicyUpdate(
             self.policy, self.optimizer, self.scheduler, algo, max_grad_norm=tr.max_grad_norm, bf16=tr.bf16,
             temperature=self.temperature, norm_constant=float(cfg.rollout.max_total_tokens), critic=self.critic,
-            share_prefix=not tr.gradient_checkpointing, parallel=parallel,
+            share_prefix=not tr.gradient_checkpointing, parallel=parallel, kernels=self.kernels,
         )
         self.policy.eval()
 
@@ -112,7 +119,7 @@ class Learner:
         micro = algo.micro_batch_size
         chunks, passes = self.update.passes(layout, torch.arange(len(layout)), self.device)  # the update's own
         fwd = dict(temperature=self.temperature, bf16=tr.bf16, share_prefix=not tr.gradient_checkpointing, passes=passes,
-                   chunks=chunks)
+                   chunks=chunks, kernels=self.kernels)
         old_logp = None if self.update.single_pass(len(layout)) else batched_logprobs(self.policy, batch, micro, **fwd)
         ref_logp = self.reference.logprobs(batch, micro, **fwd) if self.reference is not None else None
         adv = self._advantages(trajs, rewards, groups, valid, idx, own, mine, batch, chunks)

@@ -21,6 +21,8 @@ from rlfactory.train.logprobs import batched_logprobs, policy_forward
 from rlfactory.train.model import make_optimizer, make_scheduler
 from rlfactory.train.update import PolicyUpdate, UpdateData
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models; a shared CPU
+
 
 def _plain(hidden, head, targets, temperature, entropy_grad, bf16):
     """Today's head (policy_forward's plain path) on flat rows."""
