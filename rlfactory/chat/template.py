@@ -13,11 +13,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlfactory.branches import first_difference
 from rlfactory.chat.encode import encode_text
 from rlfactory.text import valid_text
 from rlfactory.tools.base import ToolCall, ToolSpec
 
 log = logging.getLogger("rlfactory.chat")
+
+CONTENT_PROBE = ' \n"<&\'\\{{}} rlfactory-content-probe-{} \t\n'
+"""A content `ChatTemplate.delta_after_turn` renders in place of a tool result's to find where the
+template writes contents (its spaces, quotes, `<`, `&` and backslash show a trim or an escape)."""
+
+FILL_CHECKS = 16
+"""Filled observations per ChatTemplate also rendered in full and compared."""
 
 USER_TURN_CONTEXT = "rlfactory-assistant-turn-before-a-user-turn"
 """The content of the assistant turn `ChatTemplate.user_turn_text` renders a user turn after."""
@@ -68,6 +76,10 @@ class ChatTemplate:
         # context for every tool result, and each render is a full apply_chat_template.
         self._context_renders: dict[str, str] = {}
         """Characters `encode` replaced because they were not valid Unicode."""
+        # delta_after_turn's text around its added messages' contents, by context and messages
+        # without their contents (None: the template does not render a content verbatim, once).
+        self._skeletons: dict[tuple[str, str, str], list[str] | None] = {}
+        self._filled_checks = 0  # skeleton fills compared with a full render so far (FILL_CHECKS)
 
     def render(
         self,
@@ -115,8 +127,53 @@ class ChatTemplate:
         end_of_turn: str,
     ) -> str:
         """Text the template adds after `context`'s last end-of-turn marker when `added` messages and
-        the generation prompt follow. `context` must end with an assistant turn."""
+        the generation prompt follow. `context` must end with an assistant turn.
+
+        Added messages whose contents are text are rendered once per context and message shape
+        with probe contents (`_skeleton`), and each call puts its contents between the pieces: an
+        apply_chat_template (Jinja) per tool result was a third of the rollout engine's event-loop
+        CPU, which shares the GIL with generation. A template that does not write a probe verbatim
+        exactly once per message (trims, escapes, JSON-quotes it) is always rendered in full; the
+        first FILL_CHECKS fills are compared with a full render, and a difference (a template that
+        branches on the content) logs one line and renders in full from then on."""
         key = json.dumps(context, sort_keys=True, default=repr)
+        contents = [m.get("content") for m in added]
+        if self._filled_checks >= 0 and all(isinstance(c, str) for c in contents):
+            shape = (key, end_of_turn, json.dumps([{k: v for k, v in m.items() if k != "content"} for m in added],
+                                                  sort_keys=True, default=repr))
+            if shape not in self._skeletons and len(self._skeletons) < 64:
+                self._skeletons[shape] = self._skeleton(key, context, added, end_of_turn)
+            pieces = self._skeletons.get(shape)
+            if pieces is not None:
+                text = pieces[0] + "".join(c + p for c, p in zip(contents, pieces[1:]))
+                if self._filled_checks < FILL_CHECKS:
+                    full = self._rendered_delta(key, context, added, end_of_turn)
+                    if full != text:
+                        log.warning("the chat template renders tool results otherwise than a probe showed (at "
+                                    "character %d); observations are rendered in full from now on",
+                                    first_difference(full, text))
+                        self._filled_checks = -1
+                        return full
+                    self._filled_checks += 1
+                return text
+        return self._rendered_delta(key, context, added, end_of_turn)
+
+    def _skeleton(self, key: str, context: list[dict[str, Any]], added: list[dict[str, Any]],
+                  end_of_turn: str) -> list[str] | None:
+        """The delta for `added` with probe contents, cut at each probe: len(added) + 1 pieces; None
+        when a probe is not in it verbatim exactly once, in order (the template changes contents)."""
+        probes = [CONTENT_PROBE.format(i) for i in range(len(added))]
+        text = self._rendered_delta(key, context, [{**m, "content": p} for m, p in zip(added, probes)], end_of_turn)
+        pieces = []
+        for probe in probes:
+            if text.count(probe) != 1:
+                return None
+            before, text = text.split(probe)
+            pieces.append(before)
+        return pieces + [text]
+
+    def _rendered_delta(self, key: str, context: list[dict[str, Any]], added: list[dict[str, Any]],
+                        end_of_turn: str) -> str:
         base = self._context_renders.get(key)
         if base is None:
             base = self.render(context)

@@ -159,7 +159,8 @@ def test_observations_render_the_fixed_context_once(tiny_tokenizer):
     render = qwen.template.render
     qwen.template.render = lambda *a, **k: renders.append(a) or render(*a, **k)
     texts = [qwen.observation_text([ToolResult(text=f"passage {i}")]) for i in range(5)]
-    assert len(renders) == 1 + 5          # the context once, then each context + tool turn
+    # the context once, its skeleton once (template.py), then each fill checked against a full render
+    assert len(renders) == 1 + 1 + 5
     fresh = Qwen3ToolManager(tiny_tokenizer)
     assert texts == [fresh.observation_text([ToolResult(text=f"passage {i}")]) for i in range(5)]
     assert "passage 3" in texts[3]
