@@ -86,8 +86,8 @@ GPU_TESTS="$(ls tests/*/test_*gpu*.py | grep -v -e test_generation_gpu.py -e fsd
 GPU_TESTS="$GPU_TESTS tests/generation/test_generation_gpu.py tests/distributed/test_distributed_fsdp_gpu.py"
 if [ "$MODE" = probe ]; then
   BUDGET=180
-  part tests 100 $PY -m pytest -q -s -rs -p no:cacheprovider $GPU_TESTS
-  part gpu_train 45 $PY benchmarks/gpu_train.py --frameworks rlfactory --steps 2
+  part tests 95 $PY -m pytest -v -s -rs -p no:cacheprovider $GPU_TESTS
+  part gpu_train 55 $PY benchmarks/gpu_train.py --frameworks rlfactory --steps 2
   part gpu_memory $(( $(left) > 25 ? $(left) : 25 )) $PY benchmarks/gpu_memory.py --models qwen3-0.6b
 else
   BUDGET=480
