@@ -214,8 +214,10 @@ class Gateway:
 
         t_submit, c_submit = time.perf_counter(), time.thread_time()
         generator = episode.generator or self.generator
-        results: list[GenResult] = list(await asyncio.gather(*(generator.submit(gen_request(k))
-                                                               for k in range(request.n))))
+        if request.n == 1:  # in this task: gather would wrap it in a task of its own, a loop turn later
+            results: list[GenResult] = [await generator.submit(gen_request(0))]
+        else:
+            results = list(await asyncio.gather(*(generator.submit(gen_request(k)) for k in range(request.n))))
         t_gen, c_gen = time.perf_counter(), time.thread_time()
         if episode.closed:
             raise UnknownEpisode(f"episode {episode.key[:12]}... ended while this call generated")
@@ -357,8 +359,10 @@ class Gateway:
 
         port = port or free_port(host)
         self.asgi = self.app()
+        # no `server` and `date` headers: fewer lines for every client to parse and search (httpx's
+        # Headers look a name up by scanning them all, and the OpenAI SDK looks up several per reply)
         config = uvicorn.Config(self.asgi, host=host, port=port, log_level="warning", access_log=False,
-                                lifespan="off", timeout_graceful_shutdown=1)
+                                lifespan="off", timeout_graceful_shutdown=1, server_header=False, date_header=False)
         self._server = _InLoopServer(config)
         self._task = asyncio.ensure_future(self._server.serve())
         while not self._server.started:

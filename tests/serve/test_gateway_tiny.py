@@ -37,7 +37,7 @@ def test_openai_sdk_agent_records_exactly_the_templates_tokens(tiny):
 
     answer, messages, episode, stats, prefix = asyncio.run(main())
     # the second call reused the first prompt's ids (checked against a full encode: verify_prefix)
-    assert prefix.enabled and prefix.stats.reused_tokens > 0 and prefix.stats.verified == 2
+    assert prefix.enabled and prefix.stats.reused_tokens > 0 and prefix.stats.verified == 1
     assert answer == "The answer is 7."
     assert messages[2]["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 3, "b": 4}'}
     (traj,) = episode.trajectories("r0", 0, "ok", 1.0)
@@ -147,3 +147,31 @@ def test_the_gil_switch_interval_is_short_while_the_gateway_serves(tiny):
 
     during, url = asyncio.run(main())
     assert url and during == SWITCH_INTERVAL_S and sys.getswitchinterval() == before
+
+
+def test_a_one_choice_call_generates_in_its_own_task_and_replies_with_two_headers(tiny):
+    """n=1: the request's task awaits the generator itself (asyncio.gather would wrap it in a task
+    of its own, started a loop turn later); the reply's headers are content-length and
+    content-type only (no server or date lines for every client to parse and search)."""
+    model, tok = tiny
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Add 5 and 6."}]}
+
+    async def main():
+        async with serving(model, tok) as gw:
+            submit, tasks = gw.generator.submit, []
+
+            async def watched(request):
+                tasks.append(asyncio.current_task())
+                return await submit(request)
+
+            gw.generator.submit = watched
+            mine = asyncio.current_task()
+            await gw.chat(gw.open_episode(), body)
+            await gw.chat(gw.open_episode(), {**body, "n": 2})
+            async with httpx.AsyncClient(base_url=gw.url, timeout=60) as http:
+                reply = await http.post(f"/episodes/{gw.open_episode()}/v1/chat/completions", json=body)
+            return mine, tasks, reply
+
+    mine, tasks, reply = asyncio.run(main())
+    assert tasks[0] is mine and tasks[1] is not mine and tasks[2] is not mine  # n=2: one task per choice
+    assert reply.status_code == 200 and sorted(reply.headers) == ["content-length", "content-type"]
