@@ -80,9 +80,20 @@ def _as_transformers_5_17(monkeypatch) -> None:
         monkeypatch.setattr(sdpa_attention, "is_torchdynamo_compiling", lambda: True)
 
 
+def _mistral():
+    """Sliding-window layers: the generator passes masks built by position (attention_masks.py)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    return MistralForCausalLM(MistralConfig(
+        vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, sliding_window=6)).eval()
+
+
+@pytest.mark.parametrize("make", [tiny_random_lm, _mistral], ids=["qwen3", "sliding_window"])
 @pytest.mark.parametrize("static", [False, True], ids=["eager_step", "fixed_shape_step"])
-def test_generator_decodes_gqa_without_repeat_kv_and_same_tokens(monkeypatch, transformers_sdpa, static):
-    model = tiny_random_lm()
+def test_generator_decodes_gqa_without_repeat_kv_and_same_tokens(monkeypatch, transformers_sdpa, static, make):
+    model = make()
     assert model.config.num_key_value_heads < model.config.num_attention_heads
     # Today's path, as on the GPU machine: transformers' sdpa with K/V copied per query head.
     _as_transformers_5_17(monkeypatch)
