@@ -71,10 +71,26 @@ def _decode_step_ms(gen: LocalGenerator, ids: list[list[int]], new: int) -> tupl
         torch.cuda.synchronize()
         return time.perf_counter() - t0, out
 
-    run(new)  # warm-up: kernels, allocator, graph capture at this shape
+    run(new)  # warm-up: kernels, allocator, the cache grown to its final shape, its graph recorded
     one, _ = run(1)
     full, out = run(new)
     return 1000 * (full - one) / (new - 1), out
+
+
+def _replay_ms(gen: LocalGenerator, n: int = 20) -> float | None:
+    """GPU ms of one replay of the decode step's CUDA graph (the last one recorded), CUDA events."""
+    graph = gen.loop.decode.static._graph
+    if graph is None:
+        return None
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(n):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / n
 
 
 def test_gpu_decode_step_time_before_after_qwen3_0_6b(transformers_sdpa):
@@ -87,11 +103,13 @@ def test_gpu_decode_step_time_before_after_qwen3_0_6b(transformers_sdpa):
     results = {}
     for packed in (False, True):
         gen = transformers_sdpa(model, packed=packed, max_batch=64)
-        results[packed] = _decode_step_ms(gen, ids, 65)
+        results[packed] = (*_decode_step_ms(gen, ids, 65), _replay_ms(gen), gen.loop.decode.slots.cache.columns)
         assert gen.stats["graph_replays"] > 0
-    before, after = results[False][0], results[True][0]
-    same = sum(x.token_ids == y.token_ids for x, y in zip(results[False][1], results[True][1]))
-    print(f"\nGQA decode step, random qwen3-0.6b bf16, 64 rows x 256-token prompts, CUDA graphs "
-          f"({torch.cuda.get_device_name()}): transformers sdpa (repeat_kv) {before:.2f} ms, packed GQA "
-          f"{after:.2f} ms per step: {before / after:.2f}x; greedy rows identical: {same}/64")
+    (before, out_before, gpu_before, cols), (after, out_after, gpu_after, _) = results[False], results[True]
+    same = sum(x.token_ids == y.token_ids for x, y in zip(out_before, out_after))
+    gpu = (f"; GPU time of one graph replay {gpu_before:.2f} ms vs {gpu_after:.2f} ms: {gpu_before / gpu_after:.2f}x"
+           if gpu_before and gpu_after else "")
+    print(f"\nGQA decode step, random qwen3-0.6b bf16, 64 rows x 256-token prompts ({cols} cache columns), CUDA graphs, "
+          f"{torch.cuda.get_device_name()}: wall per step transformers sdpa (repeat_kv) {before:.2f} ms vs packed GQA "
+          f"{after:.2f} ms: {before / after:.2f}x{gpu}; greedy rows identical: {same}/64")
     assert after > 0 and before > 0
