@@ -11,6 +11,8 @@ untrained model write them, so both paths sample the same number of tokens per t
            serve/gateway_prefix.py, for the in-gateway figure)
   tcp-5ms  gw-tcp with Python's GIL switch interval left at its default (the gateway shortens it
            while serving: serve/gateway.py SWITCH_INTERVAL_S)
+  tcp-ca   gw-tcp with the engine's pools on an SSL context that loads the CA bundle at its first
+           episode (httpx's default, as before: the baseline of the bare context, train/gateway_agents.py)
 All roll out ROWS trajectories at once; ROUNDS alternating rounds, medians reported.
 Prints trajectories/s of each, the ratio of wall times (target <= 1.3x), the gateway's added
 latency per call (in-gateway time outside generation: render, parse, record; target < 2 ms), and
@@ -37,6 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,16 +167,27 @@ async def gateway_full_encode(model, tok, rows):
     return await gateway(model, tok, rows, reuse=False)
 
 
-async def gateway(model, tok, rows, in_process: bool = True, reuse: bool = True):
+async def gateway_tcp_ca_bundle(model, tok, rows):
+    return await gateway(model, tok, rows, in_process=False, ca_bundle=True)
+
+
+async def gateway(model, tok, rows, in_process: bool = True, reuse: bool = True, ca_bundle: bool = False):
     import openai_agent
     from gateway_fixtures import serving
 
     from rlfactory.train.gateway_agents import AgentEngine
 
+    class CaBundleEngine(AgentEngine):
+        def _pool(self):
+            if self._ssl is None:
+                self._ssl = httpx.create_ssl_context()  # what the engine did before: loads the CA bundle
+            return super()._pool()
+
     async with serving(model, tok) as gw:
         if not reuse:
             gw.prefix = None  # every prompt encoded in full (the baseline of the prefix reuse)
-        engine = AgentEngine(gw, openai_agent.agent, openai_agent.reward, timeout_s=600, in_process=in_process)
+        engine = (CaBundleEngine if ca_bundle else AgentEngine)(gw, openai_agent.agent, openai_agent.reward,
+                                                               timeout_s=600, in_process=in_process)
         GC.take()
         t0, c0 = time.perf_counter(), time.thread_time()
         trajs = await engine.run(rows, 1)
@@ -257,7 +271,7 @@ def main() -> None:
     asyncio.run(gateway(model, tok, rows[:2]))
     asyncio.run(gateway_tcp(model, tok, rows[:2]))
     modes = {"native": native, "gateway": gateway, "gw-tcp": gateway_tcp, "gw-full": gateway_full_encode,
-             "tcp-5ms": gateway_tcp_default_switch}
+             "tcp-5ms": gateway_tcp_default_switch, "tcp-ca": gateway_tcp_ca_bundle}
     walls: dict[str, list[float]] = {name: [] for name in modes}
     overheads, cpus, full_overheads, full_cpus = [], [], [], []
     diags: dict[str, list[Diag]] = {name: [] for name in modes}
@@ -287,9 +301,10 @@ def main() -> None:
     print(f"  native env        {n:6.2f} s  {args.rows / n:6.2f} traj/s")
     print(f"  gateway (OpenAI)  {g:6.2f} s  {args.rows / g:6.2f} traj/s")
     print(f"  gateway, TCP      {gt:6.2f} s  {args.rows / gt:6.2f} traj/s")
-    t5 = statistics.median(walls["tcp-5ms"])
+    t5, tca = statistics.median(walls["tcp-5ms"]), statistics.median(walls["tcp-ca"])
     print(f"  gateway / native wall time: {g / n:.2f}x (target <= 1.3x); over TCP {gt / n:.2f}x "
-          f"(with Python's {sys.getswitchinterval() * 1000:g} ms GIL switch interval kept: {t5 / n:.2f}x)")
+          f"(with Python's {sys.getswitchinterval() * 1000:g} ms GIL switch interval kept: {t5 / n:.2f}x; "
+          f"with the CA bundle loaded: {tca / n:.2f}x)")
     for name in modes:
         ds = diags[name]
         med = lambda f: statistics.median(f(d) for d in ds)  # noqa: E731
