@@ -59,6 +59,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlfactory.chat import make_tool_manager
+from rlfactory.chat.encode import encode_text
 from rlfactory.config import RolloutConfig, SamplingConfig, ToolsConfig
 from rlfactory.rollout.engine import RolloutEngine
 from rlfactory.protocols import GenRequest
@@ -95,7 +96,10 @@ class BenchPolicy(ScriptedPolicy):
     last 48 prompt tokens (its question) and later turns find i by the request's session, and count
     `<tool_response>` ids, instead of decoding the whole context every turn. Same plan, same tokens
     (the tables' `gen tok` and tool calls are unchanged); what it saves is harness time in the
-    generation thread (~5% of both modes' busy time with the decode), which no real model pays."""
+    generation thread (~5% of both modes' busy time with the decode), which no real model pays.
+    The forced text is encoded by the Rust tokenizer's own encode (chat/encode.py `encode_text`),
+    which keeps the GIL: transformers' encode lets go of it, and in the engine the generation thread
+    then waited up to the 5 ms switch interval to win it back from the event loop, once per turn."""
 
     def __init__(self, tok) -> None:
         super().__init__(tok, plan, tok.convert_tokens_to_ids("<|im_end|>"))
@@ -115,7 +119,7 @@ class BenchPolicy(ScriptedPolicy):
             if req.session is not None:
                 self.tasks[req.session] = i
         p = turn_plan(i, req.prompt_ids.count(self.response_id))
-        forced = list(self.tokenizer.encode(p.forced, add_special_tokens=False)) + [self.end_token_id]
+        forced = encode_text(self.tokenizer, p.forced) + [self.end_token_id]
         if len(self._cache) > 8192:
             self._cache.clear()
         self._cache[id(req)] = (req, p.free, forced)
