@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import sys
 import threading
 import weakref
@@ -144,8 +145,11 @@ def apply_liger(model: nn.Module) -> int:
     modeling = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
     before = dict(vars(modeling))
     own = {id(m): m.__dict__.get("forward") for m in model.modules()}
-    MODEL_TYPE_TO_APPLY_LIGER_FN[arch](model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                       fused_linear_cross_entropy=False)
+    patch = MODEL_TYPE_TO_APPLY_LIGER_FN[arch]
+    wanted = dict(rope=True, rms_norm=True, swiglu=True, geglu=True, cross_entropy=False,
+                  fused_linear_cross_entropy=False)  # gemma's MLP is GeGLU: its patch takes geglu, not swiglu
+    params = inspect.signature(patch).parameters
+    patch(model=model, **{k: v for k, v in wanted.items() if k in params})
     for name, value in list(vars(modeling).items()):  # module globals: classes back, functions switched
         old = before.get(name, _MISSING)
         if value is old:

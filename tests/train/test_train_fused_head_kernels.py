@@ -77,7 +77,7 @@ def _fake_liger(monkeypatch):
         monkeypatch.setattr(modeling_qwen3, name, getattr(modeling_qwen3, name))
     original_rope = modeling_qwen3.apply_rotary_pos_emb
 
-    def rope(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    def rope_fn(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
         CALLS.append("rope")
         return original_rope(q, k, cos, sin, unsqueeze_dim)
 
@@ -92,9 +92,10 @@ def _fake_liger(monkeypatch):
     class LigerRMSNorm(nn.Module):
         pass
 
-    def apply(model, rope_on=True, **kw):
-        assert kw == dict(rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False)
-        modeling_qwen3.apply_rotary_pos_emb = rope
+    def apply(rope=True, cross_entropy=False, fused_linear_cross_entropy=True, rms_norm=True, swiglu=True,
+              model=None):  # liger 0.8.5's signature for qwen3
+        assert (rope, rms_norm, swiglu, cross_entropy, fused_linear_cross_entropy) == (True, True, True, False, False)
+        modeling_qwen3.apply_rotary_pos_emb = rope_fn
         modeling_qwen3.Qwen3RMSNorm = LigerRMSNorm
         modeling_qwen3.Qwen3MLP = LigerRMSNorm
         for layer in model.model.layers:
@@ -105,7 +106,7 @@ def _fake_liger(monkeypatch):
         model.model.norm.forward = types.MethodType(norm_forward, model.model.norm)
 
     fake = types.ModuleType("liger_kernel.transformers.monkey_patch")
-    fake.MODEL_TYPE_TO_APPLY_LIGER_FN = {"qwen3": lambda model, rope, **kw: apply(model, rope, **kw)}
+    fake.MODEL_TYPE_TO_APPLY_LIGER_FN = {"qwen3": apply}
     monkeypatch.setitem(sys.modules, "liger_kernel.transformers.monkey_patch", fake)
     return modeling_qwen3, LigerRMSNorm
 
