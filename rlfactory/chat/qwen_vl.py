@@ -66,6 +66,22 @@ def load_image_processor(tokenizer: Any) -> Any:
         raise ConfigError(f"{need}: reading it from {where!r} failed: {first}") from None
 
 
+def save_image_processor(tokenizer: Any, folder: str | Path) -> bool:
+    """Copy the image processor's settings (`preprocessor_config.json`) from the folder the
+    tokenizer was loaded from into `folder`, where the model and tokenizer are being saved, so that
+    the saved vision-language model loads with them (sft's model, every checkpoint). False when the
+    tokenizer's folder has none (a text-only model): nothing to copy."""
+    import shutil
+
+    src = Path(getattr(tokenizer, "name_or_path", "") or "") / PROCESSOR_FILE
+    if not src.is_file():
+        return False
+    dst = Path(folder) / PROCESSOR_FILE
+    if src.resolve() != dst.resolve():
+        shutil.copyfile(src, dst)
+    return True
+
+
 class QwenVLToolManager:
     """ToolManager for Qwen2.5-VL / Qwen3-VL chat formats: Qwen3 tool calls plus images."""
 

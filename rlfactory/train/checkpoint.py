@@ -138,7 +138,10 @@ def write_checkpoint_files(tmp: Path, meta: CheckpointMeta, model: Any, tokenize
     extra = {"state_dict": state_dict} if state_dict is not None else {}
     model.save_pretrained(tmp / "model", safe_serialization=True, **extra)
     if tokenizer is not None:
+        from rlfactory.chat.qwen_vl import save_image_processor
+
         tokenizer.save_pretrained(tmp / "model")
+        save_image_processor(tokenizer, tmp / "model")  # a vision-language model's pixels need it
     torch.save(trainer_state, tmp / "trainer_state.pt")
     (tmp / "meta.json").write_text(json.dumps(asdict(meta), indent=1), encoding="utf-8")
 

@@ -241,6 +241,9 @@ def save_model_atomically(model: torch.nn.Module, tokenizer: PreTrainedTokenizer
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    from rlfactory.chat.qwen_vl import save_image_processor
+
+    save_image_processor(tokenizer, tmp)  # a vision-language model's pixels need it
     old = out.parent / f".old-{out.name}-{os.getpid()}"
     if out.exists():
         os.rename(out, old)
