@@ -31,6 +31,7 @@ from rlfactory.generation.attention_masks import mask_plan
 from rlfactory.generation.kv_cache import cache_kwarg, returned_cache
 from rlfactory.train.batch import TrainBatch, filler_batch, micro_batches
 from rlfactory.train.batch_images import joined, mrope_positions, multimodal_body, pixel_kwargs
+from rlfactory.train.packed import packable, packed_hidden
 from rlfactory.train.fused_head import fused_head_logprobs, linear_head
 from rlfactory.train.kernels import PLAIN, TrainKernels, compiled, training_pass
 
@@ -49,11 +50,16 @@ def decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     return multimodal_body(base) or base.get_decoder(), base.get_output_embeddings()
 
 
-def predictive_hidden(decoder: nn.Module, batch: TrainBatch, share_prefix: bool = True) -> torch.Tensor:
+def predictive_hidden(decoder: nn.Module, batch: TrainBatch, share_prefix: bool = True,
+                      packed: bool = False) -> torch.Tensor:
     """Last-layer hidden state that predicts each completion token: [B, Lc, H].
 
     Row b, column j is the state after the prompt and completion tokens 0..j-1 of trajectory b.
+    `packed`: one pass over the rows packed without padding (rlfactory/train/packed.py) where the
+    model allows it (not sliding-window or vision-language models: those keep this padded path).
     """
+    if packed and packable(decoder) is None:
+        return packed_hidden(decoder, batch)
     pm, cm, idx = batch.prompt_mask, batch.completion_mask, batch.prompt_index
     plen = pm.sum(-1)  # [P]
     lc = batch.completion_ids.shape[1]
@@ -140,7 +146,8 @@ def policy_forward(
     # Inside PolicyModule's forward the FSDP2 root has gathered the head's weight (a plain tensor).
     fused = linear_head(head) if kernels.fused_head else None
     with autocast(batch.completion_ids.device, bf16), training_pass(kernels.liger):
-        h = predictive_hidden(compiled(decoder) if kernels.compile else decoder, batch, share_prefix)
+        h = predictive_hidden(compiled(decoder) if kernels.compile else decoder, batch, share_prefix,
+                              kernels.packed)
         if fused is not None:
             lp, e = fused_head_logprobs(h[sel], *fused, batch.targets[sel], temperature=temperature,
                                         chunk_tokens=kernels.head_chunk_tokens, with_entropy=with_entropy,

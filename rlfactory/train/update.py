@@ -77,8 +77,9 @@ class PolicyUpdate:
         on `device`; by length or consecutive, as algo says) and how many passes the busiest rank
         makes (the FSDP learner pads to that; one process: its own count)."""
         split = (self.algo.micro_batch_size, self.algo.micro_batch_tokens, self.algo.group_by_length)
-        chunks = [c.to(device) for c in layout.micro_batches(positions, *split)]
-        return chunks, (layout.passes(positions, *split) if layout.world_size > 1 else len(chunks))
+        packed = self.kernels.packed  # passes packed without padding: micro_batch_tokens counts real tokens
+        chunks = [c.to(device) for c in layout.micro_batches(positions, *split, packed=packed)]
+        return chunks, (layout.passes(positions, *split, packed=packed) if layout.world_size > 1 else len(chunks))
 
     def single_pass(self, n: int) -> bool:
         """True when an update of n rows is one pass of one minibatch (old logprobs = current)."""
