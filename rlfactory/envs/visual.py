@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import io
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,8 @@ from rlfactory.rewards.rule import RuleReward
 DATA_SOURCE = "rlfactory_visual"
 SYSTEM_PROMPT = ("You see pictures too small to read. Use the zoom tool to see a part of a picture at full "
                  "resolution. Give the final answer as <answer>digit</answer>.")
+QUESTION = ("Picture {picture} is {size}x{size} pixels, shown here at {view}x{view}. A small coloured square "
+            "somewhere in it holds one digit. Which digit is it?")
 MAX_ZOOM = 64
 """The largest window `zoom` returns (a Qwen2-VL processor set to at most 64x64 px keeps it whole)."""
 
@@ -51,6 +53,12 @@ _FONT = {
 SCALE = 3
 MARGIN = 2
 PATCH_W, PATCH_H = 3 * SCALE + 2 * MARGIN, 5 * SCALE + 2 * MARGIN  # 13 x 19 px
+CHECKER_SCALE = 4
+CHECKER_W, CHECKER_H = 3 * CHECKER_SCALE + 2 * MARGIN, 5 * CHECKER_SCALE + 2 * MARGIN  # 16 x 24 px
+INKS = ("solid", "checker")
+CHECKER_CONTRAST = 70
+GRID = 8
+"""The solver's zoom windows start at multiples of this (fewer distinct coordinates to learn)."""
 COLOURS = {"red": (220, 30, 30), "green": (20, 160, 40), "blue": (30, 60, 220), "orange": (240, 140, 0),
            "magenta": (200, 30, 200), "teal": (0, 150, 150)}
 
@@ -66,10 +74,12 @@ class Item:
     y: int
     colour: str
     noise_seed: int
+    code: str | None = None
+    """The picture's id when the env names pictures by code (`id_style: code`)."""
 
     @property
     def picture_id(self) -> str:
-        return f"{self.split}-{self.index}"
+        return self.code or f"{self.split}-{self.index}"
 
     @property
     def key(self) -> tuple[int, int, int, str]:
@@ -77,35 +87,67 @@ class Item:
         return (self.digit, self.x, self.y, self.colour)
 
 
-def draw(item: Item, size: int) -> np.ndarray:
-    """The full-resolution picture, (size, size, 3) uint8."""
+def square_size(ink: str = "solid") -> tuple[int, int]:
+    """The digit square's width and height in pixels for an ink style."""
+    return (CHECKER_W, CHECKER_H) if ink == "checker" else (PATCH_W, PATCH_H)
+
+
+def draw(item: Item, size: int, ink: str = "solid") -> np.ndarray:
+    """The full-resolution picture, (size, size, 3) uint8.
+
+    `solid` ink: the digit in white or black, 3x3 px per font cell. `checker` ink: 4x4 px per font
+    cell, a 1-px checkerboard of the square's colour plus and minus a contrast, so every 2x2 block
+    of it averages to the square's colour exactly. Its cells start at multiples of 4 (the square at
+    4k + 2): the digit vanishes from a copy shrunk by any even factor (box filter), and at full
+    resolution each 4x4 px patch of a window starting at a multiple of 4 is one font cell."""
     rng = np.random.default_rng(item.noise_seed)
     canvas = rng.integers(200, 245, (size, size, 1), dtype=np.uint8).repeat(3, axis=2)
-    colour = np.array(COLOURS[item.colour], dtype=np.uint8)
-    canvas[item.y:item.y + PATCH_H, item.x:item.x + PATCH_W] = colour
-    ink = np.array((255, 255, 255) if sum(COLOURS[item.colour]) < 400 else (0, 0, 0), dtype=np.uint8)
+    w, h = square_size(ink)
+    canvas[item.y:item.y + h, item.x:item.x + w] = np.array(COLOURS[item.colour], dtype=np.uint8)
+    scale = CHECKER_SCALE if ink == "checker" else SCALE
+    if ink == "checker":
+        base = np.array(COLOURS[item.colour], dtype=np.int16)
+        d = np.minimum(CHECKER_CONTRAST, np.minimum(base, 255 - base))  # per channel, so nothing clips
+        hi, lo = (base + d).astype(np.uint8), (base - d).astype(np.uint8)
+        cell = np.tile(np.array([[hi, lo], [lo, hi]], dtype=np.uint8), (scale // 2, scale // 2, 1))
+    else:
+        ink_rgb = np.array((255, 255, 255) if sum(COLOURS[item.colour]) < 400 else (0, 0, 0), dtype=np.uint8)
+        cell = np.broadcast_to(ink_rgb, (scale, scale, 3))
     for r, line in enumerate(_FONT[item.digit]):
         for c, bit in enumerate(line):
             if bit == "#":
-                top, left = item.y + MARGIN + r * SCALE, item.x + MARGIN + c * SCALE
-                canvas[top:top + SCALE, left:left + SCALE] = ink
+                top, left = item.y + MARGIN + r * scale, item.x + MARGIN + c * scale
+                canvas[top:top + scale, left:left + scale] = cell
     return canvas
 
 
-def make_items(seed: int, n_train: int, n_test: int, size: int) -> dict[str, list[Item]]:
-    """Both splits from one seed; every picture's key (digit, place, colour) is used once."""
-    if size < max(PATCH_W, PATCH_H) + 1:
-        raise ValueError(f"visual env: size {size} is too small for a {PATCH_W}x{PATCH_H} px square")
+def make_items(seed: int, n_train: int, n_test: int, size: int, ink: str = "solid",
+               id_style: str = "split") -> dict[str, list[Item]]:
+    """Both splits from one seed; every picture's key (digit, place, colour) is used once. With
+    `checker` ink the squares sit at 4k + 2 (their font cells at multiples of 4); with `id_style:
+    code` every picture gets a distinct code of 3 digits (4 past 900 pictures), drawn alike for
+    both splits."""
+    w, h = square_size(ink)
+    if size < max(w, h) + (MARGIN if ink == "checker" else 0) + 1:
+        raise ValueError(f"visual env: size {size} is too small for a {w}x{h} px square")
+    if id_style == "code" and n_train + n_test > 9000:
+        raise ValueError(f"visual env: id_style code names at most 9000 pictures, got {n_train + n_test}")
+    step, offset = (CHECKER_SCALE, MARGIN) if ink == "checker" else (1, 0)
     rng = random.Random(seed)
+    first = 100 if n_train + n_test <= 900 else 1000
+    codes = random.Random(f"{seed}-codes").sample(range(first, 10 * first), n_train + n_test) if id_style == "code" else []
     seen: set[tuple[int, int, int, str]] = set()
     out: dict[str, list[Item]] = {}
     for split, n in (("train", n_train), ("test", n_test)):
         items: list[Item] = []
         while len(items) < n:
-            item = Item(split, len(items), rng.randrange(10), rng.randrange(size - PATCH_W + 1),
-                        rng.randrange(size - PATCH_H + 1), rng.choice(sorted(COLOURS)), rng.getrandbits(32))
+            item = Item(split, len(items), rng.randrange(10), rng.randrange((size - w - offset) // step + 1) * step + offset,
+                        rng.randrange((size - h - offset) // step + 1) * step + offset, rng.choice(sorted(COLOURS)),
+                        rng.getrandbits(32))
             if item.key not in seen:
                 seen.add(item.key)
+                if codes:
+                    item = replace(item, code=str(codes.pop()))
                 items.append(item)
         out[split] = items
     return out
@@ -130,39 +172,60 @@ def downscale(arr: np.ndarray, view: int) -> np.ndarray:
 class VisualEnv(Env):
     """Options: `seed` (0), `n_train` (1000), `n_test` (100), `size` (160: the picture's side in
     pixels), `view` (40: the side of the prompt's shrunk copy), `tool_images` (true; false: `zoom`
-    answers with text only, the control run), `max_turns` (3), `system_prompt`, `family` (unused)."""
+    answers with text only, the control run), `ink` (`solid`; `checker`: a digit no shrunk copy
+    shows, see `draw`), `id_style` (`split`: ids like test-3; `code`: 3- or 4-digit codes drawn alike
+    for both splits, so a model that copies ids from training questions copies test ones too),
+    `question` (a format string with {picture}, {size} and {view}), `guess_rate` (0: the share of
+    demonstrations that answer at once with a guessed digit), `max_turns` (3), `system_prompt`,
+    `family` (unused)."""
 
     name = "visual"
 
     def __init__(self, *, seed: int = 0, n_train: int = 1000, n_test: int = 100, size: int = 160, view: int = 40,
-                 tool_images: bool = True, max_turns: int = 3, system_prompt: str | None = None,
+                 tool_images: bool = True, ink: str = "solid", id_style: str = "split", question: str | None = None,
+                 guess_rate: float = 0.0, max_turns: int = 3, system_prompt: str | None = None,
                  family: str | None = None) -> None:
         if not 16 <= view <= size:
             raise ValueError(f"visual env: view must be between 16 and size ({size}), got {view}")
         if not isinstance(tool_images, bool):
             raise ValueError(f"visual env: tool_images must be true or false, got {tool_images!r}")
+        if ink not in INKS:
+            raise ValueError(f"visual env: ink must be one of {', '.join(INKS)}, got {ink!r}")
+        if id_style not in ("split", "code"):
+            raise ValueError(f"visual env: id_style must be split or code, got {id_style!r}")
+        if not 0.0 <= guess_rate <= 1.0:
+            raise ValueError(f"visual env: guess_rate must be between 0 and 1, got {guess_rate!r}")
+        template = question or QUESTION
+        try:
+            template.format(picture="p", size=1, view=1)
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"visual env: question must be a format string with {{picture}}, {{size}} and "
+                             f"{{view}} only: {e!r}") from None
         self.seed, self.n_train, self.n_test, self.size, self.view = seed, n_train, n_test, size, view
-        self.tool_images, self.max_turns = tool_images, max_turns
+        self.tool_images, self.max_turns, self.ink, self.id_style = tool_images, max_turns, ink, id_style
+        self.question_template, self.guess_rate = template, guess_rate
         self.system_prompt = system_prompt or SYSTEM_PROMPT
         self._items: dict[str, list[Item]] | None = None
+        self._by_id: dict[str, Item] = {}
 
     def items(self) -> dict[str, list[Item]]:
         if self._items is None:
-            self._items = make_items(self.seed, self.n_train, self.n_test, self.size)
+            self._items = make_items(self.seed, self.n_train, self.n_test, self.size, self.ink, self.id_style)
+            self._by_id = {it.picture_id: it for items in self._items.values() for it in items}
         return self._items
 
     def item(self, picture: str) -> Item:
-        """The item a picture id (`train-12`) names; a ValueError saying which ids exist."""
-        split, _, index = picture.strip().rpartition("-")
-        items = self.items().get(split)
-        if items is None or not index.isdigit() or int(index) >= len(items):
-            raise ValueError(f"no picture {picture!r} (ids look like train-0..train-{self.n_train - 1}, "
-                             f"test-0..test-{self.n_test - 1})")
-        return items[int(index)]
+        """The item a picture id (`train-12`, or a code) names; a ValueError saying which ids exist."""
+        self.items()
+        found = self._by_id.get(picture.strip())
+        if found is None:
+            names = ("codes from the questions" if self.id_style == "code" else
+                     f"ids look like train-0..train-{self.n_train - 1}, test-0..test-{self.n_test - 1}")
+            raise ValueError(f"no picture {picture!r} ({names})")
+        return found
 
     def question(self, item: Item) -> str:
-        return (f"Picture {item.picture_id} is {self.size}x{self.size} pixels, shown here at {self.view}x{self.view}. "
-                "A small coloured square somewhere in it holds one digit. Which digit is it?")
+        return self.question_template.format(picture=item.picture_id, size=self.size, view=self.view)
 
     def load_split(self, split: str) -> list[dict[str, Any]]:
         if split not in ("train", "test"):
@@ -178,9 +241,13 @@ class VisualEnv(Env):
             raise ValueError("visual env: the row has no extra_info.picture (rows come from its load_split)")
         return self.item(picture)
 
+    def picture(self, item: Item) -> np.ndarray:
+        """The item's full-resolution picture in this env's size and ink."""
+        return draw(item, self.size, self.ink)
+
     def prompt_png(self, item: Item) -> bytes:
         """The prompt's picture: the whole canvas shrunk to view x view."""
-        return png(downscale(draw(item, self.size), self.view))
+        return png(downscale(self.picture(item), self.view))
 
     def reset(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         item = self._row_item(row)
@@ -201,13 +268,15 @@ class VisualEnv(Env):
         item = self.item(picture)
         if not 8 <= size <= MAX_ZOOM:
             raise ValueError(f"size must be between 8 and {MAX_ZOOM}, got {size}")
+        if size > self.size:
+            raise ValueError(f"size must be at most the picture's {self.size}, got {size}")
         if not (0 <= x < self.size and 0 <= y < self.size):
             raise ValueError(f"({x}, {y}) is outside the {self.size}x{self.size} picture")
         x0, y0 = min(x, self.size - size), min(y, self.size - size)  # a window past the edge slides back in
         where = f"{picture}: x {x0}..{x0 + size - 1}, y {y0}..{y0 + size - 1}"
         if not self.tool_images:
             return f"{where} (this run's zoom shows no picture)"
-        region = draw(item, self.size)[y0:y0 + size, x0:x0 + size]
+        region = self.picture(item)[y0:y0 + size, x0:x0 + size]
         return [where, np.ascontiguousarray(region)]
 
     def tools(self) -> EnvTools:
@@ -216,14 +285,36 @@ class VisualEnv(Env):
     def reward(self) -> Reward:
         return RuleReward({"exact_match": 1.0})
 
+    def window(self, item: Item) -> tuple[int, int]:
+        """The solver's 32 px zoom window: at multiples of GRID, holding the square, nearest to centred."""
+        w, h = square_size(self.ink)
+        side = min(32, self.size)
+
+        def start(pos: int, extent: int) -> int:
+            lo, hi = max(0, pos + extent - side), min(pos, self.size - side)  # windows that hold the square
+            centred = pos + extent // 2 - side // 2
+            fits = [a for a in range(0, self.size - side + 1, GRID) if lo <= a <= hi]
+            return min(fits, key=lambda a: abs(a - centred)) if fits else max(lo, min(centred, hi))
+
+        return start(item.x, w), start(item.y, h)
+
+    def guesses(self, item: Item) -> int | None:
+        """The digit the solver guesses without zooming for this picture (a `guess_rate` share of
+        the pictures, drawn from the seed), or None when it zooms."""
+        rng = random.Random(f"{self.seed}-guess-{item.picture_id}")
+        return rng.randrange(10) if rng.random() < self.guess_rate else None
+
     def solve(self, row: dict[str, Any]) -> list[dict[str, Any]]:
-        """Zoom on a 32 px window centred on the square, then answer its digit. The tool turn holds
-        what zoom returned: its text, and the zoomed picture as an image part (none in the
+        """Zoom on a 32 px window holding the square (`window`), then answer its digit; for the
+        `guess_rate` share of pictures, answer at once with a guessed digit instead. The tool turn
+        holds what zoom returned: its text, and the zoomed picture as an image part (none in the
         `tool_images: false` control)."""
         item = self._row_item(row)
-        x = max(0, min(item.x + PATCH_W // 2 - 16, self.size - 32))
-        y = max(0, min(item.y + PATCH_H // 2 - 16, self.size - 32))
-        args = {"picture": item.picture_id, "x": x, "y": y, "size": 32}
+        guess = self.guesses(item)
+        if guess is not None:
+            return self.reset(row) + [{"role": "assistant", "content": f"<answer>{guess}</answer>"}]
+        x, y = self.window(item)
+        args = {"picture": item.picture_id, "x": x, "y": y}
         result = self.zoom(**args)
         content: str | list[dict[str, Any]] = result if isinstance(result, str) else [
             {"type": "text", "text": result[0]}, {"type": "image", "image": result[1]}]

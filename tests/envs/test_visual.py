@@ -89,7 +89,7 @@ class SolverGenerator:
 
     async def submit(self, req: GenRequest) -> GenResult:
         text = self.tm.tokenizer.decode(req.prompt_ids)
-        picture = re.search(r"Picture (\S+) is", text).group(1)
+        picture = next(p for p in self.demos if re.search(rf"\b{re.escape(p)}\b", text))
         m = self.demos[picture][req.prompt_ids.count(self.tm.template.token_id("<tool_response>"))]
         calls = [ToolCall(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
         ids = self.tm.model_turn_ids(ModelTurn(calls, m["content"]))

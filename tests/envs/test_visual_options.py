@@ -1,0 +1,136 @@
+"""The visual env's options for the CPU demo (issue 31): checker ink (the prompt's shrunk copy is
+the same whatever the digit, so a model that does not zoom cannot beat chance), 4-digit picture
+codes, the solver's grid-aligned window and its guesses (guess_rate), the question's format; and
+the demo's model, `tiny-vl:1m-compact`, whose one-line tool listing keeps demonstrations short."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+from transformers import AutoTokenizer
+
+from rlfactory.chat.qwen_vl import QwenVLToolManager
+from rlfactory.envs.registry import make_env
+from rlfactory.envs.visual import COLOURS, GRID, VisualEnv, draw, square_size
+from rlfactory.tiny.vl import make_tiny_vl_model
+from rlfactory.tools.function import function_tool
+
+DEMO = dict(size=64, view=32, ink="checker", id_style="code", question="Digit in {picture}?")
+
+
+def test_checker_ink_hides_the_digit_from_the_shrunk_copy_and_shows_it_in_full():
+    env = make_env("visual", seed=1, n_train=40, n_test=10, **DEMO)
+    w, h = square_size("checker")
+    for item in env.items()["train"][:10]:
+        assert item.x % 4 == 2 and item.y % 4 == 2 and item.x + w <= 64 and item.y + h <= 64
+        twins = [replace(item, digit=d) for d in range(10)]
+        # the prompt's picture is byte-identical for all ten digits: nothing to read, whatever the model
+        assert len({env.prompt_png(t) for t in twins}) == 1
+        # at full resolution the ten squares differ pairwise, and each holds its colour and two ink shades
+        squares = [draw(t, 64, "checker")[item.y:item.y + h, item.x:item.x + w] for t in twins]
+        assert len({s.tobytes() for s in squares}) == 10
+        assert len({tuple(p) for p in squares[8].reshape(-1, 3)}) == 3
+        assert tuple(squares[1][0, 0]) == COLOURS[item.colour]
+    # the same with other even shrink factors
+    for size, view in ((96, 24), (64, 16), (160, 40)):
+        big = make_env("visual", seed=2, n_train=5, n_test=1, size=size, view=view, ink="checker")
+        item = big.items()["train"][0]
+        assert len({big.prompt_png(replace(item, digit=d)) for d in range(10)}) == 1
+    # at full resolution each font cell is one 4x4 patch: ink cells hold two shades, the others one
+    item = env.items()["train"][0]
+    cells = draw(replace(item, digit=1), 64, "checker")[item.y + 2:item.y + 22, item.x + 2:item.x + 14]
+    shades = [[len({tuple(p) for p in cells[r:r + 4, c:c + 4].reshape(-1, 3)}) for c in range(0, 12, 4)]
+              for r in range(0, 20, 4)]
+    assert shades == [[1, 2, 1], [2, 2, 1], [1, 2, 1], [1, 2, 1], [2, 2, 2]]  # the font's 1
+    # solid ink (the default) is not hidden so: its ink darkens or lightens the shrunk square
+    solid = make_env("visual", seed=1, n_train=5, n_test=1, size=64, view=16)
+    item = solid.items()["train"][0]
+    assert len({solid.prompt_png(replace(item, digit=d)) for d in range(10)}) > 1
+
+
+def test_picture_codes_are_distinct_three_digits_for_both_splits_and_name_the_picture():
+    env = make_env("visual", seed=0, n_train=300, n_test=50, **DEMO)
+    train, test = env.load_split("train"), env.load_split("test")
+    codes = [r["extra_info"]["picture"] for r in train + test]
+    assert len(set(codes)) == 350 and all(len(c) == 3 and c.isdigit() for c in codes)
+    row = test[3]
+    code = row["extra_info"]["picture"]
+    assert row["question"] == f"Digit in {code}?" and env.item(code).split == "test"
+    assert make_env("visual", seed=0, n_train=300, n_test=50, **DEMO).load_split("test") == test
+    where, region = env.zoom(code, 8, 16)
+    assert where == f"{code}: x 8..39, y 16..47" and region.shape == (32, 32, 3)
+    result = asyncio.run(function_tool(env.zoom).call({"picture": "test-3", "x": 0, "y": 0}))
+    assert result.is_error and "no picture 'test-3' (codes from the questions)" in result.text
+    big = make_env("visual", seed=0, n_train=900, n_test=1, **DEMO)  # past 900 pictures: 4 digits
+    assert {len(r["extra_info"]["picture"]) for r in big.load_split("train")} == {4}
+    with pytest.raises(ValueError, match="at most 9000 pictures"):
+        make_env("visual", n_train=9000, n_test=1, id_style="code").items()
+
+
+def test_one_line_errors_for_bad_options():
+    for options, why in (({"ink": "bold"}, "ink must be one of solid, checker"),
+                         ({"id_style": "name"}, "id_style must be split or code"),
+                         ({"guess_rate": 1.5}, "guess_rate must be between 0 and 1"),
+                         ({"question": "Digit in {pic}?"}, "question must be a format string")):
+        with pytest.raises(ValueError, match=why) as e:
+            make_env("visual", **options)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("options", [{}, DEMO])
+def test_the_solver_zooms_on_a_grid_aligned_window_that_holds_the_square(options):
+    env = make_env("visual", seed=5, n_train=200, n_test=1, **options)
+    size, ink = env.size, env.ink
+    w, h = square_size(ink)
+    for row in env.load_split("train"):
+        item = env.item(row["extra_info"]["picture"])
+        call = env.solve(row)[2]["tool_calls"][0]["function"]["arguments"]
+        x, y = call["x"], call["y"]
+        assert set(call) == {"picture", "x", "y"}  # size: zoom's default 32
+        assert x % GRID == 0 and y % GRID == 0 and x + 32 <= size and y + 32 <= size
+        assert x <= item.x and item.x + w <= x + 32 and y <= item.y and item.y + h <= y + 32
+
+
+def test_guess_rate_demonstrations_answer_at_once_with_a_seeded_guess():
+    env = make_env("visual", seed=0, n_train=400, n_test=1, guess_rate=0.6, **DEMO)
+    rows = env.load_split("train")
+    demos = [env.solve(r) for r in rows]
+    guessed = [d for d in demos if len(d) == 3]
+    assert 0.5 < len(guessed) / len(rows) < 0.7
+    for d in guessed:
+        assert d[-1]["role"] == "assistant" and "tool_calls" not in d[-1]
+    # guesses are uniform digits, not the answer: right about one time in ten
+    right = sum(d[-1]["content"] == f"<answer>{env.item(r['extra_info']['picture']).digit}</answer>"
+                for r, d in zip(rows, demos) if len(d) == 3)
+    assert right / len(guessed) < 0.2 and len(Counter(d[-1]["content"] for d in guessed)) == 10
+    assert [len(env.solve(r)) for r in rows[:50]] == [len(d) for d in demos[:50]]  # the same guesses again
+    assert [env.solve(r)[-1]["content"] for r in rows[:50]] == [d[-1]["content"] for d in demos[:50]]
+    always = make_env("visual", seed=0, n_train=50, n_test=1)  # guess_rate 0 (the default): every demo zooms
+    assert all(len(always.solve(r)) == 5 for r in always.load_split("train"))
+
+
+def test_the_compact_tiny_vl_lists_tools_in_one_line_and_keeps_demonstrations_short(tmp_path):
+    from rlfactory.tools.base import spec_of
+    from rlfactory.train.sft import demo_to_trajectory
+
+    folder = make_tiny_vl_model(tmp_path / "m", "1m-compact", seed=0)
+    tm = QwenVLToolManager(AutoTokenizer.from_pretrained(folder), enable_thinking=False)
+    env: VisualEnv = make_env("visual", seed=0, n_train=20, n_test=1, system_prompt="Zoom, then answer.", **DEMO)
+    specs = [spec_of(function_tool(env.zoom))]
+    row = next(r for r in env.load_split("train") if len(env.solve(r)) == 5)
+    demo = demo_to_trajectory(env.solve(row), tm, specs)
+    text = tm.tokenizer.decode(demo.input_ids)
+    assert text.startswith("<|im_start|>system\nZoom, then answer.\nTools: zoom(picture, x, y, size)<|im_end|>\n")
+    assert '<tool_call>\n{"name": "zoom", "arguments": {"picture": "' in text
+    assert len(demo.input_ids) < 200  # tiny-vl:1m's Qwen3 tool schema alone is ~450 tokens
+    prompt, _, obs, _ = demo.segments
+    assert [(im.width, im.height) for im in prompt.images + obs.images] == [(32, 32), (32, 32)]
+    zoomed = np.asarray(PILImage.open(io.BytesIO(obs.images[0].data)).convert("RGB"))
+    call = env.solve(row)[2]["tool_calls"][0]["function"]["arguments"]
+    assert np.array_equal(zoomed, env.zoom(**call)[1])
