@@ -25,8 +25,9 @@ from torch import Tensor, nn
 def linear_head(head: nn.Module) -> tuple[Tensor, Tensor | None] | None:
     """(weight [V, H], bias [V] or None) of a plain `nn.Linear` LM head, or None where the fused head
     cannot stand in for `head(h)`: a wrapped head (peft's LoRA `lora.Linear`, `ModulesToSaveWrapper`),
-    a head with forward hooks, or a sharded (DTensor) weight outside its module's forward."""
-    if type(head) is not nn.Linear or head._forward_hooks or head._forward_pre_hooks:
+    a head with forward hooks or a forward of its own (accelerate's offloading hooks replace the
+    instance's forward), or a sharded (DTensor) weight outside its module's forward."""
+    if type(head) is not nn.Linear or head._forward_hooks or head._forward_pre_hooks or "forward" in head.__dict__:
         return None
     from torch.distributed.tensor import DTensor
 

@@ -113,6 +113,9 @@ def test_linear_head_refuses_wrapped_or_hooked_heads():
     hooked.register_forward_hook(lambda m, i, o: o * 2)
     assert linear_head(hooked) is None
     assert linear_head(nn.Sequential(nn.Linear(4, 6))) is None
+    wrapped = nn.Linear(4, 6)
+    wrapped.forward = lambda x: nn.Linear.forward(wrapped, x)  # as accelerate's add_hook_to_module does
+    assert linear_head(wrapped) is None
 
 
 def _trajs():
