@@ -25,10 +25,9 @@ the FSDP learner runs the decoder the same number of times (once per pass).
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -159,20 +158,67 @@ def attention_kernel(decoder: nn.Module) -> str:
     return getattr(getattr(decoder, "config", None), "_attn_implementation", None) or "eager"
 
 
-@contextlib.contextmanager
-def _kernel(decoder: nn.Module, name: str) -> Iterator[None]:
-    """Run `decoder` with attention implementation `name` for the duration (the layers look it up
-    from the config at every call; the backward needs no lookup)."""
-    config = decoder.config
-    before = config._attn_implementation
-    if before == name:
-        yield
+def flex_attention_sdpa(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An attention function for transformers' "sdpa" key: a BlockMask (a packed pass's) goes to
+    torch's flex attention, anything else to `original` unchanged. The kernel follows the mask, not
+    the config, so gradient checkpointing's recomputation in the backward picks it again."""
+    def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: Any, dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> Any:
+        from torch.nn.attention.flex_attention import BlockMask
+
+        if not isinstance(attention_mask, BlockMask):
+            return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        if dropout > 0 or any(kwargs.get(k) is not None for k in ("softcap", "s_aux", "position_bias")):
+            from transformers.integrations.flex_attention import flex_attention_forward
+
+            return flex_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                          dropout=dropout, **kwargs)
+        heads = query.shape[1]
+        if heads & (heads - 1):  # flex's GQA wants a power-of-two head count (as transformers does)
+            key = key.repeat_interleave(heads // key.shape[1], 1)
+            value = value.repeat_interleave(heads // value.shape[1], 1)
+        out = _flex(query.device)(query, key, value, block_mask=attention_mask, scale=scaling,
+                                  enable_gqa=key.shape[1] != heads)
+        return out.transpose(1, 2).contiguous(), None
+
+    attention.rlfactory_flex = original  # type: ignore[attr-defined]
+    return attention
+
+
+def install_flex() -> None:
+    """Route BlockMasks given to transformers' "sdpa" attention to flex attention (idempotent).
+    It sits below the generator's GQA decode attention (rlfactory/generation/gqa_attention.py,
+    which re-registers itself on top whenever a generator is made and wraps what it finds): so
+    whichever is installed first, the chain is GQA decode -> this -> transformers' sdpa, never a loop."""
+    from transformers import AttentionInterface
+
+    from rlfactory.generation import gqa_attention
+
+    if gqa_attention.installed():
+        below = gqa_attention._ORIGINAL
+        if not hasattr(below, "rlfactory_flex"):
+            gqa_attention._ORIGINAL = flex_attention_sdpa(below if below is not None else gqa_attention._original())
         return
-    config._attn_implementation = name
-    try:
-        yield
-    finally:
-        config._attn_implementation = before
+    current = AttentionInterface._global_mapping.get("sdpa")
+    if current is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward as current
+    if not hasattr(current, "rlfactory_flex"):
+        AttentionInterface.register("sdpa", flex_attention_sdpa(current))
+
+
+_COMPILED_FLEX: dict[str, Callable[..., Any]] = {}
+
+
+def _flex(device: torch.device) -> Callable[..., Any]:
+    """torch's flex attention: compiled on CUDA (its fused kernel), eager elsewhere (a reference
+    implementation that materialises the scores; tests only)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda":
+        return flex_attention
+    if "cuda" not in _COMPILED_FLEX:
+        _COMPILED_FLEX["cuda"] = torch.compile(flex_attention)
+    return _COMPILED_FLEX["cuda"]
 
 
 def flex_available(device: torch.device) -> bool:
@@ -196,18 +242,19 @@ def packed_hidden(decoder: nn.Module, batch: TrainBatch, use_flex: bool | None =
     packed = pack(batch)
     impl = attention_kernel(decoder)
     if use_flex is None:
-        use_flex = impl == FLEX or flex_available(batch.completion_ids.device)
+        use_flex = impl == FLEX or (impl == "sdpa" and flex_available(batch.completion_ids.device))
+    if use_flex and impl not in ("sdpa", FLEX):
+        raise ValueError(f"flex attention for packed passes needs sdpa or flex_attention, not {impl!r}")
     if use_flex:
-        mask, kernel = packed.block_mask(), FLEX
+        mask = packed.block_mask()
+        if impl == "sdpa":
+            install_flex()
     else:
-        mask, kernel = packed.dense_mask(), impl
-        if impl == FLEX:
-            kernel = "sdpa"
-        if kernel == "eager":  # eager attention adds its mask to the scores
+        mask = packed.dense_mask()
+        if impl != "sdpa":  # eager attention (and flex with a tensor) add the mask to the scores
             dtype = next((p.dtype for p in decoder.parameters() if p.is_floating_point()), torch.float32)
             mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
-    with _kernel(decoder, kernel):
-        h = decoder(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
-                    use_cache=False).last_hidden_state[0]  # [T, H]
+    h = decoder(input_ids=packed.input_ids, attention_mask=mask, position_ids=packed.position_ids,
+                use_cache=False).last_hidden_state[0]  # [T, H]
     h = torch.cat([h, h.new_zeros(1, h.shape[-1])])  # row T: the zeros of padding columns
     return h[packed.source]

@@ -213,3 +213,35 @@ def test_planned_token_counts_are_the_packed_lengths_and_ranks_stay_in_step():
     counts = [len(x.micro_batches(every, None, 30, True, packed=True)) for x in ranks]
     assert ranks[0].passes(every, None, 30, True, packed=True) == ranks[1].passes(every, None, 30, True, packed=True) \
         == max(counts)
+
+
+def test_flex_routing_chains_with_the_gqa_decode_attention():
+    """Whichever of the two "sdpa" wrappers comes first, a BlockMask gets torch's flex (eager on the
+    CPU, forward only: it has no CPU backward; the gradients are checked in test_train_packed_gpu.py),
+    a tensor mask transformers' sdpa (through the GQA one), and installing again adds nothing."""
+    from transformers import AttentionInterface
+
+    from rlfactory.generation import gqa_attention
+    from rlfactory.train.packed import install_flex
+
+    before = AttentionInterface._global_mapping.get("sdpa")
+    try:
+        for order in ("gqa first", "flex first"):
+            gqa_attention.uninstall()
+            AttentionInterface.register("sdpa", before)
+            steps = [gqa_attention.install, install_flex] if order == "gqa first" else [install_flex, gqa_attention.install]
+            for step in steps:
+                step()
+            top = AttentionInterface._global_mapping["sdpa"]
+            install_flex()
+            gqa_attention.install()
+            assert AttentionInterface._global_mapping["sdpa"] is top, order
+            model = tiny(2)
+            batch = collate(trajectories(), pad_id=0)
+            decoder, _ = decoder_and_head(model)
+            with torch.no_grad():
+                torch.testing.assert_close(packed_hidden(decoder, batch, use_flex=False),
+                                           packed_hidden(decoder, batch, use_flex=True), atol=2e-6, rtol=1e-5)
+    finally:
+        gqa_attention.uninstall()
+        AttentionInterface.register("sdpa", before)

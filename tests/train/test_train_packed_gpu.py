@@ -58,6 +58,26 @@ def test_gpu_packed_flex_equals_padded_in_float32():
     torch.testing.assert_close(packed[real], padded[real], atol=2e-4, rtol=2e-4)
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_gpu_flex_gradients_equal_the_dense_mask_with_and_without_gradient_checkpointing(checkpointing):
+    """Under gradient checkpointing the layers' recomputation in the backward must pick flex again
+    (the kernel follows the BlockMask, not a config switched for the forward only)."""
+    batch = _batch(3, 3, (5, 40), (1, 60), 1000, seed=2)
+    grads = []
+    for flex in (False, True):
+        model = _model(torch.float32, num_hidden_layers=2, vocab_size=1000)
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model.train()
+        decoder, _ = decoder_and_head(model)
+        h = packed_hidden(decoder, batch, use_flex=flex)
+        (h * torch.linspace(-1, 1, h.shape[-1], device="cuda")).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
+    for n in grads[0]:
+        torch.testing.assert_close(grads[1][n], grads[0][n], atol=2e-4, rtol=2e-3, msg=n)
+
+
 def _fwd_bwd(model, batch, kernels):
     logp, _ = policy_forward(model, batch, kernels=kernels)
     logp.sum().backward()
