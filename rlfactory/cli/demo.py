@@ -32,8 +32,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "questions about entities never seen in training.",
     )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. trainer.steps=20")
-    p.add_argument("--config", default=str(DEFAULT_CONFIG), help=f"run config (default: {DEFAULT_CONFIG})")
-    p.add_argument("--out", default="runs/demo", help="run folder (default: runs/demo); replaced on each run")
+    p.add_argument("--env", choices=("search", "visual"), default="search",
+                   help="search (default): the tiny model learns to search; visual: a tiny vision-language model "
+                   "learns to zoom and read a digit (examples/visual_demo.yaml), with a control run whose zoom "
+                   "returns no picture")
+    p.add_argument("--runs", default="pixels,control",
+                   help="--env visual: which runs, comma-separated: pixels and/or control (default: both)")
+    p.add_argument("--config", default=None, help=f"run config (default: {DEFAULT_CONFIG}, or "
+                   "examples/visual_demo.yaml with --env visual)")
+    p.add_argument("--out", default=None, help="run folder (default: runs/demo, or runs/visual_demo with --env "
+                   "visual); replaced on each run")
     p.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N test questions only")
     p.set_defaults(func=run)
     allow_overrides_after_options(p)
@@ -169,8 +177,17 @@ async def run_demo(cfg: RunConfig, out: Path, eval_limit: int | None) -> dict[st
 def run(args: argparse.Namespace) -> int:
     from rlfactory.cli.common import load_run_config
 
-    cfg = load_run_config(args.config, args.overrides)
-    out = Path(args.out)
+    visual = args.env == "visual"
+    if visual:
+        from rlfactory.cli import visual_demo
+
+        try:
+            visual_demo.parse_runs(args.runs)
+        except ValueError as e:
+            print(f"rlfactory demo: {e}", file=sys.stderr)
+            return 2
+    cfg = load_run_config(args.config or str(visual_demo.DEFAULT_CONFIG if visual else DEFAULT_CONFIG), args.overrides)
+    out = Path(args.out or ("runs/visual_demo" if visual else "runs/demo"))
     if out.exists() and any(out.iterdir()):
         if not (out / MARKER).exists():
             print(f"rlfactory demo: {out} exists and is not a demo folder; pick another --out", file=sys.stderr)
@@ -178,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(out)  # an earlier demo run: replaced
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("written by rlfactory demo; the next demo run replaces this folder\n")
+    if visual:
+        return visual_demo.run(args, cfg, out)
     t0 = time.perf_counter()
     result = asyncio.run(run_demo(cfg, out, args.eval_limit))
     total = time.perf_counter() - t0
