@@ -87,41 +87,51 @@ def pack(batch: TrainBatch) -> PackedPass:
     A completion contributes its real tokens but the last (which predicts nothing): column 0 of
     row b is predicted by its prompt's last token, column j >= 1 by its own token j-1.
     """
+    # The layout is worked out in Python lists (a pass has tens of rows) and moved to the device
+    # in one go: a few tensors instead of a handful of small kernels per row.
     device = batch.completion_ids.device
     plen = batch.prompt_mask.sum(-1).tolist()
     clen = batch.completion_mask.sum(-1).tolist()
-    index = batch.prompt_index.tolist()
     b, lc = batch.completion_ids.shape
-    ids, pos, prompt_of, row_of = [], [], [], []
+    lp = batch.prompt_ids.shape[1]
+    flat: list[int] = []  # index into cat(prompt_ids.flatten(), completion_ids.flatten())
+    pos: list[int] = []
+    prompt_of: list[int] = []
+    row_of: list[int] = []
     source = [[-1] * lc for _ in range(b)]
     rows_of_prompt: list[list[int]] = [[] for _ in plen]
-    for row, p in enumerate(index):
+    for row, p in enumerate(batch.prompt_index.tolist()):
         rows_of_prompt[p].append(row)
-    offset = 0
     for p, n in enumerate(plen):
         if not rows_of_prompt[p]:
             continue  # a prompt no row uses
-        ids.append(batch.prompt_ids[p, :n])
-        pos.append(torch.arange(n, device=device))
-        prompt_of.append(torch.full((n,), p, dtype=torch.long, device=device))
-        row_of.append(torch.full((n,), -1, dtype=torch.long, device=device))
-        last = offset + n - 1
-        offset += n
+        n = int(n)
+        last = len(flat) + n - 1
+        flat.extend(range(p * lp, p * lp + n))
+        pos.extend(range(n))
+        prompt_of.extend([p] * n)
+        row_of.extend([-1] * n)
         for row in rows_of_prompt[p]:
             m = max(int(clen[row]) - 1, 0)
-            ids.append(batch.completion_ids[row, :m])
-            pos.append(n + torch.arange(m, device=device))
-            prompt_of.append(torch.full((m,), p, dtype=torch.long, device=device))
-            row_of.append(torch.full((m,), row, dtype=torch.long, device=device))
+            start = len(flat)
+            first = batch.prompt_ids.numel() + row * lc
+            flat.extend(range(first, first + m))
+            pos.extend(range(n, n + m))
+            prompt_of.extend([p] * m)
+            row_of.extend([row] * m)
             if n > 0:
                 source[row][0] = last
-            source[row][1 : m + 1] = range(offset, offset + m)
-            offset += m
-    t = offset
-    src = torch.tensor(source, dtype=torch.long, device=device)
+            source[row][1 : m + 1] = range(start, start + m)
+    t = len(flat)
+    ids = torch.cat([batch.prompt_ids.reshape(-1), batch.completion_ids.reshape(-1)])
+
+    def tensor(x: list) -> torch.Tensor:
+        return torch.tensor(x, dtype=torch.long).to(device, non_blocking=True)
+
+    src = tensor(source)
     return PackedPass(
-        input_ids=torch.cat(ids)[None], position_ids=torch.cat(pos)[None], prompt_of=torch.cat(prompt_of),
-        row_of=torch.cat(row_of), source=src.masked_fill(src < 0, t),
+        input_ids=ids[tensor(flat)][None], position_ids=tensor(pos)[None], prompt_of=tensor(prompt_of),
+        row_of=tensor(row_of), source=src.masked_fill(src < 0, t),
     )
 
 
