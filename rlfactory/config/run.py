@@ -66,8 +66,9 @@ class AlgoConfig(Section):
     the result, only memory and speed."""
     micro_batch_tokens: int | None = None
     """Most token positions per forward/backward pass (padded completions plus the prompts they
-    continue; a longer trajectory gets a pass of its own), as verl's ppo_max_token_len_per_gpu:
-    bounds the update's activation memory; unset = no cap. Needs group_by_length."""
+    continue; with trainer.kernels.packed, real tokens only; a longer trajectory gets a pass of its
+    own), as verl's ppo_max_token_len_per_gpu: bounds the update's activation memory; unset = no
+    cap. Needs group_by_length."""
     group_by_length: bool = True
     """Split each minibatch into passes of trajectories of similar length where that saves padded
     positions (rlfactory/passes.py `plan_micro_batches`; a step's trajectories differ by whole
