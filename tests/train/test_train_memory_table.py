@@ -69,6 +69,7 @@ def test_memory_table_smoke_runs_on_cpu(tmp_path):
     rows = json.loads(out.read_text())
     assert [(r["model"], r["mode"]) for r in rows] == [("qwen3-0.6b", "full"), ("qwen3-0.6b", "lora"),
                                                        ("qwen3-8b", "full"), ("qwen3-8b", "lora")]
+    assert proc.stdout.count("| qwen3-8b |") == 4  # each row printed as measured, then in the table
     for r in rows:
         assert r["fits"] and r["train_tok_s"] > 0 and r["step_tok_s"] > 0 and r["peak_gib"] is None
     assert rows[0]["params_b"] == rows[1]["params_b"] > 0  # smoke sizes: the same tiny shape for every architecture
