@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib.util
+import logging
 import time
 
 import pytest
@@ -64,16 +65,22 @@ def _forward(model, batch, kernels, temperature=0.7, entropy_grad=True):
     return logp.detach(), ent.detach(), grads, time.perf_counter() - t0, torch.cuda.max_memory_allocated() - base
 
 
-def _close_grads(a, b, rel=3e-2):
+def _close_grads(a, b, rel=3e-2, label=""):
     assert a.keys() == b.keys()
-    for name in a:
-        err = (a[name] - b[name]).norm()
-        assert err <= rel * b[name].norm() + 1e-6, (name, float(err), float(b[name].norm()))
+    errs = {n: float((a[n] - b[n]).norm() / (b[n].norm() + 1e-12)) for n in a}
+    worst = max(errs, key=errs.get)
+    print(f"{label} grads: worst relative error {errs[worst]:.2e} ({worst}); median "
+          f"{sorted(errs.values())[len(errs) // 2]:.2e}")
+    bad = {n: e for n, e in errs.items() if e > rel and float(b[n].norm()) > 1e-6}
+    assert not bad, (label, bad)
 
 
-def _close_values(x, y, mask):
+def _close_values(x, y, mask, label=""):
     d = (x - y)[mask].abs()
-    assert float(d.max()) < 0.1 and float(d.mean()) < 5e-3, (float(d.max()), float(d.mean()))
+    big, mean = float(d.max()), float(d.mean())
+    print(f"{label}: max |diff| {big:.2e}, mean {mean:.2e} over {int(mask.sum())} tokens; nan: "
+          f"{bool(torch.isnan(x).any())}/{bool(torch.isnan(y).any())}")
+    assert big < 0.1 and mean < 5e-3, (label, big, mean)
 
 
 @pytest.mark.parametrize("entropy_grad", [True, False])
@@ -89,10 +96,10 @@ def test_gpu_fused_head_matches_the_plain_head(entropy_grad):
     print(f"\nfused head ({int(mask.sum())} loss tokens, vocab {VOCAB}, entropy_grad={entropy_grad}): "
           f"plain {t0 * 1e3:.1f} ms {m0 / 2**30:.2f} GiB, fused {t1 * 1e3:.1f} ms {m1 / 2**30:.2f} GiB "
           f"(peak ratio {m1 / m0:.2f}x, time ratio {t1 / t0:.2f}x)")
-    _close_values(lp1, lp0, mask)
-    _close_values(e1, e0, mask)
+    _close_values(lp1, lp0, mask, "fused head logp")
+    _close_values(e1, e0, mask, "fused head entropy")
     assert ((lp1 == 0) == ~mask).all()
-    _close_grads(g1, g0)
+    _close_grads(g1, g0, label="fused head")
     assert m1 < m0  # no [N, V] logits (nor their float32 copy at temperature != 1) kept
 
 
@@ -111,13 +118,13 @@ def test_gpu_liger_in_training_passes_only():
     _forward(model, batch, TrainKernels(liger=True))
     lp1, e1, g1, t1, _ = _forward(model, batch, TrainKernels(liger=True))
     print(f"\nliger: plain {t0 * 1e3:.1f} ms, liger {t1 * 1e3:.1f} ms (2 layers, bf16 weights)")
-    _close_values(lp1, lp0, mask)
-    _close_values(e1, e0, mask)
-    _close_grads(g1, g0, rel=5e-2)
+    _close_values(lp1, lp0, mask, "liger logp")
+    _close_values(e1, e0, mask, "liger entropy")
+    _close_grads(g1, g0, rel=5e-2, label="liger")
 
 
 @pytest.mark.skipif(not HAS_LIGER, reason="needs liger-kernel (pip install 'rlfactory[gpu]')")
-def test_gpu_liger_leaves_the_cuda_graph_decode_alone():
+def test_gpu_liger_leaves_the_cuda_graph_decode_alone(caplog):
     import sys
     from pathlib import Path
 
@@ -131,11 +138,14 @@ def test_gpu_liger_leaves_the_cuda_graph_decode_alone():
     model = tiny_random_lm().to("cuda").eval()
     reqs = [GenRequest([(7 * i + j) % 250 + 1 for j in range(3 + 5 * i)], max_new_tokens=24,
                        sampling=SamplingConfig(greedy=True)) for i in range(5)]
-    want = asyncio.run(LocalGenerator(model, pad_id=0, device="cuda", max_batch=4).generate(reqs))
+    caplog.set_level(logging.WARNING, logger="rlfactory.generation.decode_graph")
+    plain = LocalGenerator(model, pad_id=0, device="cuda", max_batch=4)
+    want = asyncio.run(plain.generate(reqs))
+    assert plain.stats["graph_replays"] > 0, ("no graphs before Liger", caplog.text)
     apply_liger(model)
     gen = LocalGenerator(model, pad_id=0, device="cuda", max_batch=4)
     got = asyncio.run(gen.generate(reqs))
-    assert gen.stats["graph_replays"] > 0
+    assert gen.stats["graph_replays"] > 0, ("no graphs after Liger", caplog.text)
     for x, y in zip(got, want):
         assert x.token_ids == y.token_ids
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-6, rtol=0)
@@ -154,32 +164,42 @@ def _one_update(model, batch, kernels):
     return metrics, logp, time.perf_counter() - t
 
 
-def test_gpu_policy_update_with_kernels_on_and_off():
+def _update_on_off(on: TrainKernels, label: str) -> None:
     base = _model()
     batch = _batch()
-    on = TrainKernels(fused_head=True, head_chunk_tokens=2048, liger=HAS_LIGER)
     off_model, on_model = copy.deepcopy(base), copy.deepcopy(base)
-    if HAS_LIGER:
+    if on.liger:
         apply_liger(on_model)
     _one_update(copy.deepcopy(base), batch, PLAIN)  # warm-up
     m0, lp0, t0 = _one_update(off_model, batch, PLAIN)
     m1, lp1, t1 = _one_update(on_model, batch, on)
     print(f"\none PolicyUpdate ({len(batch)} rows, 2 passes): kernels off {t0 * 1e3:.0f} ms, {on} {t1 * 1e3:.0f} ms")
-    _close_values(lp1, lp0, batch.loss_mask > 0)
+    print(f"{label}: " + ", ".join(f"{k} {m0[k]:.6g} / {m1[k]:.6g}" for k in ("loss/policy", "policy/entropy",
+                                                                              "optim/grad_norm")))
+    _close_values(lp1, lp0, batch.loss_mask > 0, label + " logp")
     for key in ("loss/policy", "policy/entropy"):
         assert m1[key] == pytest.approx(m0[key], rel=2e-2, abs=1e-3), key
     assert m1["optim/grad_norm"] == pytest.approx(m0["optim/grad_norm"], rel=3e-2)
 
 
+def test_gpu_policy_update_with_the_fused_head_on_and_off():
+    _update_on_off(TrainKernels(fused_head=True, head_chunk_tokens=2048), "update fused head")
+
+
+@pytest.mark.skipif(not HAS_LIGER, reason="needs liger-kernel (pip install 'rlfactory[gpu]')")
+def test_gpu_policy_update_with_fused_head_and_liger_on_and_off():
+    _update_on_off(TrainKernels(fused_head=True, head_chunk_tokens=2048, liger=True), "update fused head + liger")
+
+
 def test_gpu_compile_gives_the_same_logprobs():
-    model = _model(layers=2)
+    model = _model(layers=1)  # compile time grows with the layers unrolled; one shows whether it works
     first, second = _batch(rows=4, completion=256), _batch(rows=6, prompt=80, completion=300, seed=1)
     compiled = TrainKernels(compile=True)
     for batch in (first, second):  # two shapes: dynamic shapes, no failure on the second
         lp0, e0, g0, t0, _ = _forward(model, batch, PLAIN)
         lp1, e1, g1, t1, _ = _forward(model, batch, compiled)
         print(f"\ncompile: plain {t0 * 1e3:.0f} ms, compiled {t1 * 1e3:.0f} ms (first call includes compiling)")
-        _close_values(lp1, lp0, batch.loss_mask > 0)
-        _close_grads(g1, g0)
+        _close_values(lp1, lp0, batch.loss_mask > 0, "compile logp")
+        _close_grads(g1, g0, label="compile")
     _, _, _, t2, _ = _forward(model, second, compiled)
     print(f"compile: compiled again {t2 * 1e3:.0f} ms")
