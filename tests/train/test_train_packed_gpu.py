@@ -61,21 +61,22 @@ def test_gpu_packed_flex_equals_padded_in_float32():
 @pytest.mark.parametrize("checkpointing", [False, True])
 def test_gpu_flex_gradients_equal_the_dense_mask_with_and_without_gradient_checkpointing(checkpointing):
     """Under gradient checkpointing the layers' recomputation in the backward must pick flex again
-    (the kernel follows the BlockMask, not a config switched for the forward only)."""
+    (the kernel follows the BlockMask, not a config switched for the forward only). bf16, as trained."""
     batch = _batch(3, 3, (5, 40), (1, 60), 1000, seed=2)
     grads = []
     for flex in (False, True):
-        model = _model(torch.float32, num_hidden_layers=2, vocab_size=1000)
+        model = _model(torch.bfloat16, num_hidden_layers=2, vocab_size=1000)
         if checkpointing:
             model.gradient_checkpointing_enable()
         model.train()
         decoder, _ = decoder_and_head(model)
         h = packed_hidden(decoder, batch, use_flex=flex)
-        (h * torch.linspace(-1, 1, h.shape[-1], device="cuda")).sum().backward()
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        (h.float() * torch.linspace(-1, 1, h.shape[-1], device="cuda")).sum().backward()
+        grads.append({n: p.grad.float().clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
     for n in grads[0]:
-        torch.testing.assert_close(grads[1][n], grads[0][n], atol=2e-4, rtol=2e-3, msg=n)
+        rel = (grads[1][n] - grads[0][n]).norm() / grads[0][n].norm().clamp(min=1e-12)
+        assert rel < 2e-2, (n, float(rel))
 
 
 def _fwd_bwd(model, batch, kernels):
@@ -86,7 +87,7 @@ def _fwd_bwd(model, batch, kernels):
 
 def _timed(model, batch, kernels, repeats: int = 3) -> tuple[float, float]:
     """(seconds per forward+backward, peak GiB) after a warm-up (flex compiles on its first call)."""
-    for _ in range(2):
+    for _ in range(1):  # the agreement check before already compiled flex for these shapes
         _fwd_bwd(model, batch, kernels)
         model.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
@@ -100,8 +101,10 @@ def _timed(model, batch, kernels, repeats: int = 3) -> tuple[float, float]:
 
 
 def test_gpu_packed_flex_matches_padded_on_qwen3_0_6b_bf16():
+    """Within bf16 tolerance: the packed path's logprobs differ from the padded path's by no more
+    than (twice) the padded path's own bf16 error against a float32 forward; gradients within 5%."""
     model = _model(torch.bfloat16)
-    batch = _batch(4, 8, (100, 400), (16, 600), model.config.vocab_size, seed=1)
+    batch = _batch(4, 8, (100, 300), (16, 400), model.config.vocab_size, seed=1)
     grads = []
     logps = []
     for kernels in (PLAIN, PACKED):
@@ -110,20 +113,23 @@ def test_gpu_packed_flex_matches_padded_on_qwen3_0_6b_bf16():
                       if n.endswith(("embed_tokens.weight", "layers.0.self_attn.q_proj.weight",
                                      "layers.27.mlp.down_proj.weight"))})
         model.zero_grad(set_to_none=True)
-    sel = batch.loss_mask.bool()
-    diff = (logps[1] - logps[0])[sel].abs()
-    print(f"\npacked vs padded logprobs (bf16): mean |diff| {diff.mean():.4f}, max {diff.max():.4f}, "
-          f"over {int(sel.sum())} tokens (logprob mean {logps[0][sel].mean():.3f})")
-    assert diff.mean() < 0.02 and diff.max() < 0.5
-    for n in grads[0]:
-        rel = (grads[1][n] - grads[0][n]).norm() / grads[0][n].norm()
-        print(f"  grad {n}: relative difference {rel:.4f}")
-        assert rel < 0.05, n
     rows, lc = batch.completion_ids.shape
     padded_positions = rows * lc + batch.prompt_ids.numel()
     tokens = pack(batch).length
     t0, m0 = _timed(model, batch, PLAIN)
     t1, m1 = _timed(model, batch, PACKED)
-    print(f"padded: {padded_positions} positions, {t0 * 1e3:.1f} ms fwd+bwd, peak {m0:.2f} GiB | "
+    print(f"\npadded: {padded_positions} positions, {t0 * 1e3:.1f} ms fwd+bwd, peak {m0:.2f} GiB | "
           f"packed+flex: {tokens} tokens, {t1 * 1e3:.1f} ms, peak {m1:.2f} GiB | "
           f"time packed/padded {t1 / t0:.2f}x, memory {m1 / m0:.2f}x ({torch.cuda.get_device_name()})")
+    with torch.no_grad():
+        exact = policy_forward(model.float(), batch)[0]  # float32 weights and compute, padded
+    sel = batch.loss_mask.bool()
+    diff = (logps[1] - logps[0])[sel].abs()
+    noise = (logps[0] - exact)[sel].abs()
+    print(f"packed vs padded logprobs (bf16): mean |diff| {diff.mean():.4f}, max {diff.max():.4f}; padded bf16 "
+          f"vs float32: mean {noise.mean():.4f}, max {noise.max():.4f}; {int(sel.sum())} tokens")
+    assert diff.mean() <= 2 * noise.mean() + 1e-3 and diff.max() <= 2 * noise.max() + 1e-2
+    for n in grads[0]:
+        rel = (grads[1][n] - grads[0][n]).norm() / grads[0][n].norm()
+        print(f"  grad {n}: relative difference {rel:.4f}")
+        assert rel < 0.05, n
