@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import importlib.util
 import logging
 import time
@@ -139,10 +140,16 @@ def test_gpu_liger_leaves_the_cuda_graph_decode_alone(caplog):
     reqs = [GenRequest([(7 * i + j) % 250 + 1 for j in range(3 + 5 * i)], max_new_tokens=24,
                        sampling=SamplingConfig(greedy=True)) for i in range(5)]
     caplog.set_level(logging.WARNING, logger="rlfactory.generation.decode_graph")
+    # torch.cuda.graph no longer collects garbage before a capture (torch.compiler.config.
+    # force_cudagraph_gc): a dead generator of an earlier test, whose CUDA graphs a reference
+    # cycle holds, freed by the cyclic GC in the middle of this capture, breaks it ("operation not
+    # permitted when stream is capturing"). Collect first, and keep `plain` alive.
+    gc.collect()
     plain = LocalGenerator(model, pad_id=0, device="cuda", max_batch=4)
     want = asyncio.run(plain.generate(reqs))
     assert plain.stats["graph_replays"] > 0, ("no graphs before Liger", caplog.text)
     apply_liger(model)
+    gc.collect()
     gen = LocalGenerator(model, pad_id=0, device="cuda", max_batch=4)
     got = asyncio.run(gen.generate(reqs))
     assert gen.stats["graph_replays"] > 0, ("no graphs after Liger", caplog.text)
