@@ -24,15 +24,24 @@ import base64
 import io
 import random
 from dataclasses import dataclass, replace
-from typing import Any
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlfactory.chat.base import ParseResult
 from rlfactory.envs.base import Env, EnvTools
 from rlfactory.envs.data import qa_row
 from rlfactory.envs.registry import register_env
 from rlfactory.rewards.base import Reward
 from rlfactory.rewards.rule import RuleReward
+from rlfactory.tools.base import ToolCall, ToolResult
+from rlfactory.trajectory import Status, Trajectory
+
+if TYPE_CHECKING:
+    from rlfactory.tools.runner import ToolRunner
+
+_EPISODE_PICTURE: ContextVar[str | None] = ContextVar("visual_episode_picture", default=None)
 
 DATA_SOURCE = "rlfactory_visual"
 SYSTEM_PROMPT = ("You see pictures too small to read. Use the zoom tool to see a part of a picture at full "
@@ -177,13 +186,16 @@ class VisualEnv(Env):
     for both splits, so a model that copies ids from training questions copies test ones too),
     `question` (a format string with {picture}, {size} and {view}), `guess_rate` (0: the share of
     demonstrations that answer at once with a guessed digit), `max_turns` (3), `system_prompt`,
-    `family` (unused)."""
+    `episode_picture` (false; true: `zoom(x, y, size)` takes no picture id and shows the episode's
+    own picture), `solver_zoom` (32: the side of the solver's window; `size` zooms on the whole
+    picture at 0, 0), `family` (unused)."""
 
     name = "visual"
 
     def __init__(self, *, seed: int = 0, n_train: int = 1000, n_test: int = 100, size: int = 160, view: int = 40,
                  tool_images: bool = True, ink: str = "solid", id_style: str = "split", question: str | None = None,
-                 guess_rate: float = 0.0, max_turns: int = 3, system_prompt: str | None = None,
+                 guess_rate: float = 0.0, episode_picture: bool = False, solver_zoom: int = 32,
+                 max_turns: int = 3, system_prompt: str | None = None,
                  family: str | None = None) -> None:
         if not 16 <= view <= size:
             raise ValueError(f"visual env: view must be between 16 and size ({size}), got {view}")
@@ -203,10 +215,16 @@ class VisualEnv(Env):
                              f"{{view}} only: {e!r}") from None
         self.seed, self.n_train, self.n_test, self.size, self.view = seed, n_train, n_test, size, view
         self.tool_images, self.max_turns, self.ink, self.id_style = tool_images, max_turns, ink, id_style
+        if not isinstance(episode_picture, bool):
+            raise ValueError(f"visual env: episode_picture must be true or false, got {episode_picture!r}")
+        if not (8 <= solver_zoom <= min(MAX_ZOOM, size)):
+            raise ValueError(f"visual env: solver_zoom must be between 8 and {min(MAX_ZOOM, size)}, got {solver_zoom!r}")
         self.question_template, self.guess_rate = template, guess_rate
+        self.episode_picture, self.solver_zoom = episode_picture, solver_zoom
         self.system_prompt = system_prompt or SYSTEM_PROMPT
         self._items: dict[str, list[Item]] | None = None
         self._by_id: dict[str, Item] = {}
+        self._zoom_fn: Any = None
 
     def items(self) -> dict[str, list[Item]]:
         if self._items is None:
@@ -280,7 +298,50 @@ class VisualEnv(Env):
         return [where, np.ascontiguousarray(region)]
 
     def tools(self) -> EnvTools:
-        return EnvTools(python=[self.zoom])
+        return EnvTools(python=[self.episode_zoom() if self.episode_picture else self.zoom])
+
+    def episode_zoom(self) -> Any:
+        """`zoom` without the picture id (`episode_picture: true`): the tool the prompt lists. `step`
+        runs its calls on the episode's picture; called any other way it has no picture and says so."""
+
+        def zoom(x: int, y: int, size: int = 32) -> str | list[Any]:
+            """Show a square part of the picture at full resolution.
+
+            Args:
+                x: left edge of the square, in the full picture's pixels
+                y: top edge of the square, in the full picture's pixels
+                size: side of the square in pixels (8 to 64)
+            """
+            raise ValueError("this zoom shows the episode's own picture: run it through the visual env's step")
+
+        return zoom
+
+    def end_episode(self, trajectory: Trajectory, turn: ParseResult) -> Status | None:
+        """Before each turn's calls run: note the episode's picture for `step` (`episode_picture`).
+        A context variable: each episode's coroutine (and the tasks it starts) sees its own."""
+        picture = (trajectory.info.get("extra_info") or {}).get("picture") if isinstance(trajectory.info, dict) else None
+        _EPISODE_PICTURE.set(picture if isinstance(picture, str) else None)
+        return None
+
+    async def step(self, calls: list[ToolCall], runner: ToolRunner) -> list[ToolResult]:
+        if not self.episode_picture:
+            return await runner.run(calls)
+        picture = _EPISODE_PICTURE.get()
+        out = []
+        for call in calls:
+            if call.name != "zoom" or picture is None:
+                out.extend(await runner.run([call]))  # its own one-line error (or the unbound zoom's)
+                continue
+            args = {k: v for k, v in (call.arguments or {}).items() if k != "picture"}
+            out.append(await self._zoom_tool().call({"picture": picture, **args}))
+        return out
+
+    def _zoom_tool(self) -> Any:
+        if self._zoom_fn is None:
+            from rlfactory.tools.function import function_tool
+
+            self._zoom_fn = function_tool(self.zoom, run_in_thread=False)
+        return self._zoom_fn
 
     def reward(self) -> Reward:
         return RuleReward({"exact_match": 1.0})
@@ -288,7 +349,7 @@ class VisualEnv(Env):
     def window(self, item: Item) -> tuple[int, int]:
         """The solver's 32 px zoom window: at multiples of GRID, holding the square, nearest to centred."""
         w, h = square_size(self.ink)
-        side = min(32, self.size)
+        side = self.solver_zoom
 
         def start(pos: int, extent: int) -> int:
             lo, hi = max(0, pos + extent - side), min(pos, self.size - side)  # windows that hold the square
@@ -314,8 +375,9 @@ class VisualEnv(Env):
         if guess is not None:
             return self.reset(row) + [{"role": "assistant", "content": f"<answer>{guess}</answer>"}]
         x, y = self.window(item)
-        args = {"picture": item.picture_id, "x": x, "y": y}
-        result = self.zoom(**args)
+        args: dict[str, Any] = {} if self.episode_picture else {"picture": item.picture_id}
+        args.update({"x": x, "y": y} if self.solver_zoom == 32 else {"x": x, "y": y, "size": self.solver_zoom})
+        result = self.zoom(item.picture_id, x, y, self.solver_zoom)
         content: str | list[dict[str, Any]] = result if isinstance(result, str) else [
             {"type": "text", "text": result[0]}, {"type": "image", "image": result[1]}]
         return self.reset(row) + [

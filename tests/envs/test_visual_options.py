@@ -134,3 +134,36 @@ def test_the_compact_tiny_vl_lists_tools_in_one_line_and_keeps_demonstrations_sh
     zoomed = np.asarray(PILImage.open(io.BytesIO(obs.images[0].data)).convert("RGB"))
     call = env.solve(row)[2]["tool_calls"][0]["function"]["arguments"]
     assert np.array_equal(zoomed, env.zoom(**call)[1])
+
+
+def test_episode_picture_zoom_shows_each_concurrent_episodes_own_picture(tmp_path):
+    """`episode_picture: true`: zoom(x, y, size) has no picture id; the env's step runs it on the
+    episode's own picture. Eight episodes at once (guesses off): each zoomed picture is its own,
+    each scripted answer scores 1, and each demonstration equals its rollout token for token."""
+    from test_visual import solved_rollouts
+
+    from rlfactory.tools.base import spec_of
+    from rlfactory.train.sft import demo_to_trajectory
+
+    folder = make_tiny_vl_model(tmp_path / "m", "1m-compact", seed=0)
+    tm = QwenVLToolManager(AutoTokenizer.from_pretrained(folder), enable_thinking=False)
+    env: VisualEnv = make_env("visual", seed=0, n_train=20, n_test=8, episode_picture=True, solver_zoom=64,
+                              **{**DEMO, "view": 16})
+    tool = function_tool(env.tools().python[0])
+    assert tool.name == "zoom" and set(tool.parameters["properties"]) == {"x", "y", "size"}
+    rows = env.load_split("test")
+    trajs, scores = solved_rollouts(tm, env, rows)
+    assert [s.total for s in scores] == [1.0] * 8
+    for row, traj in zip(rows, trajs):
+        item = env.item(row["extra_info"]["picture"])
+        assert traj.tool_calls[0].arguments == {"x": 0, "y": 0, "size": 64}
+        (zoomed,) = traj.segments[2].images
+        assert np.array_equal(np.asarray(PILImage.open(io.BytesIO(zoomed.data)).convert("RGB")), draw(item, 64, "checker"))
+        demo = demo_to_trajectory(env.solve(row), tm, [spec_of(tool)])
+        assert demo.input_ids == traj.input_ids
+    assert "Tools: zoom(x, y, size)" in tm.tokenizer.decode(trajs[0].input_ids)
+    # outside an episode the tool has no picture: one line
+    result = asyncio.run(tool.call({"x": 0, "y": 0}))
+    assert result.is_error and "shows the episode's own picture" in result.text and "\n" not in result.text
+    with pytest.raises(ValueError, match="solver_zoom must be between 8 and 64"):
+        make_env("visual", size=64, solver_zoom=80)
