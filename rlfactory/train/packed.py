@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from rlfactory.generation.attention_masks import mask_plan
 from rlfactory.train.batch import TrainBatch
@@ -72,8 +73,6 @@ class PackedPass:
 
     def block_mask(self) -> Any:
         """The same mask as a flex-attention BlockMask (its tiles outside every document are skipped)."""
-        from torch.nn.attention.flex_attention import create_block_mask
-
         def mask_mod(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
             return self.allowed(q, k)
 
@@ -174,8 +173,6 @@ def flex_attention_sdpa(original: Callable[..., Any]) -> Callable[..., Any]:
     the config, so gradient checkpointing's recomputation in the backward picks it again."""
     def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   attention_mask: Any, dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> Any:
-        from torch.nn.attention.flex_attention import BlockMask
-
         if not isinstance(attention_mask, BlockMask):
             return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
         if dropout > 0 or any(kwargs.get(k) is not None for k in ("softcap", "s_aux", "position_bias")):
@@ -222,8 +219,6 @@ _COMPILED_FLEX: dict[str, Callable[..., Any]] = {}
 def _flex(device: torch.device) -> Callable[..., Any]:
     """torch's flex attention: compiled on CUDA (its fused kernel), eager elsewhere (a reference
     implementation that materialises the scores; tests only)."""
-    from torch.nn.attention.flex_attention import flex_attention
-
     if device.type != "cuda":
         return flex_attention
     if "cuda" not in _COMPILED_FLEX:
@@ -233,13 +228,7 @@ def _flex(device: torch.device) -> Callable[..., Any]:
 
 def flex_available(device: torch.device) -> bool:
     """Flex attention runs compiled on CUDA (triton); on the CPU the dense mask is used instead."""
-    if device.type != "cuda":
-        return False
-    try:
-        import torch.nn.attention.flex_attention  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return device.type == "cuda"
 
 
 def packed_hidden(decoder: nn.Module, batch: TrainBatch, use_flex: bool | None = None) -> torch.Tensor:
