@@ -217,6 +217,11 @@ def run_trl(model_dir: str, tok, prompt_texts: list[str], a: argparse.Namespace,
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from rlfactory.generation import gqa_attention
+
+    # TRL as shipped: transformers' own sdpa, not the GQA decode attention that rlfactory's
+    # generator registered in this process (it would speed up TRL's generate too).
+    gqa_attention.uninstall()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation=a.attn)
     n = len(prompt_texts) * a.group
     ds = Dataset.from_list([{"prompt": t} for t in prompt_texts] * (a.steps + 1))

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +34,35 @@ def test_cuda_benchmark_script_smoke_runs_on_cpu(tmp_path):
     for side in figures["figures"].values():
         assert side["gen_tok_s"] > 0 and side["train_tok_s"] > 0 and side["step_s"] > 0
     assert figures["ratios"]["step"] > 0 and figures["rlfactory_train_tflops"] > 0
+
+
+def test_trl_runs_with_transformers_own_attention(monkeypatch):
+    """rlfactory's generator registers its GQA decode attention process-wide; TRL's side of the
+    benchmark takes it back out first, so TRL is measured as shipped."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from types import SimpleNamespace
+
+    import gpu_train
+    from transformers import AttentionInterface
+
+    from rlfactory.generation import gqa_attention
+
+    original = AttentionInterface._global_mapping["sdpa"]
+    gqa_attention.install()
+    seen = []
+
+    def stop(*args, **kwargs):
+        seen.append(gqa_attention.installed())
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", stop)
+    try:
+        with pytest.raises(RuntimeError, match="stop here"):
+            gpu_train.run_trl("unused", None, [], SimpleNamespace(attn="sdpa"), torch.device("cpu"))
+    finally:
+        gqa_attention.uninstall()
+        AttentionInterface.register("sdpa", original)
+    assert seen == [False]
 
 
 def test_training_flops_count_each_prompt_once_and_the_head_at_sampled_tokens():
