@@ -51,14 +51,14 @@ def _batch(rows=8, prompt=96, completion=384, seed=0):
     return collate(trajs, pad_id=0).to("cuda")
 
 
-def _forward(model, batch, kernels, temperature=0.7, entropy_grad=True):
+def _forward(model, batch, kernels, temperature=0.7, entropy_grad=True, bf16=True):
     """logp, entropy, grads of a loss mixing both, seconds and peak bytes of forward + backward."""
     model.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     t0 = time.perf_counter()
-    logp, ent = policy_forward(model, batch, temperature=temperature, bf16=True, with_entropy=True,
+    logp, ent = policy_forward(model, batch, temperature=temperature, bf16=bf16, with_entropy=True,
                                entropy_grad=entropy_grad, kernels=kernels)
     (logp.sum() * 1e-3 + (ent.sum() * 1e-3 if entropy_grad else 0.0)).backward()
     torch.cuda.synchronize()
@@ -84,6 +84,28 @@ def _close_values(x, y, mask, label=""):
     assert big < 0.1 and mean < 5e-3, (label, big, mean)
 
 
+def _as_close_as_plain(label, ref, plain, new, mask, slack=2.0):
+    """`new` (a kernel in bf16) is as close to the float32 reference `ref` as today's bf16 path
+    `plain` is: kernels that round differently (Liger keeps norm outputs in bf16, compiled code
+    fuses ops) cannot match the plain bf16 path bit for bit, only its distance to float32."""
+    e0, e1 = (plain - ref)[mask].abs(), (new - ref)[mask].abs()
+    print(f"{label}: vs float32, plain bf16 max {float(e0.max()):.2e} mean {float(e0.mean()):.2e}; "
+          f"new max {float(e1.max()):.2e} mean {float(e1.mean()):.2e}; nan {bool(torch.isnan(new).any())}")
+    assert float(e1.mean()) <= slack * float(e0.mean()) + 1e-4, label
+    assert float(e1.max()) <= 2 * slack * float(e0.max()) + 1e-3, label
+
+
+def _grads_as_close_as_plain(label, ref, plain, new, slack=3.0):
+    def rel(g):
+        return {n: float((g[n] - ref[n]).norm() / (ref[n].norm() + 1e-12)) for n in ref}
+
+    r0, r1 = rel(plain), rel(new)
+    worst = max(r1, key=lambda n: r1[n] - slack * r0[n])
+    print(f"{label} grads vs float32: worst {worst}: plain bf16 {r0[worst]:.2e}, new {r1[worst]:.2e}")
+    bad = {n: (r0[n], r1[n]) for n in ref if r1[n] > slack * r0[n] + 3e-3 and float(ref[n].norm()) > 1e-6}
+    assert not bad, (label, bad)
+
+
 @pytest.mark.parametrize("entropy_grad", [True, False])
 def test_gpu_fused_head_matches_the_plain_head(entropy_grad):
     model = _model()
@@ -106,22 +128,23 @@ def test_gpu_fused_head_matches_the_plain_head(entropy_grad):
 
 @pytest.mark.skipif(not HAS_LIGER, reason="needs liger-kernel (pip install 'rlfactory[gpu]')")
 def test_gpu_liger_in_training_passes_only():
-    model = _model(dtype=torch.bfloat16)
+    model = _model()  # float32 weights, bf16 autocast: trainer.bf16 as the update runs it
     batch = _batch(rows=4)
     mask = batch.loss_mask > 0
     ids = batch.completion_ids[:2, :64]
     with torch.no_grad():
         before = model(input_ids=ids).logits
+    ref_lp, ref_e, ref_g, _, _ = _forward(model, batch, PLAIN, bf16=False)
     lp0, e0, g0, t0, _ = _forward(model, batch, PLAIN)
     assert apply_liger(model) == 2 * 5 + 1  # per layer: the MLP and 4 RMSNorms; the final norm
     with torch.no_grad():  # outside a training pass (the generator): transformers' own code
         assert torch.equal(model(input_ids=ids).logits, before)
     _forward(model, batch, TrainKernels(liger=True))
     lp1, e1, g1, t1, _ = _forward(model, batch, TrainKernels(liger=True))
-    print(f"\nliger: plain {t0 * 1e3:.1f} ms, liger {t1 * 1e3:.1f} ms (2 layers, bf16 weights)")
-    _close_values(lp1, lp0, mask, "liger logp")
-    _close_values(e1, e0, mask, "liger entropy")
-    _close_grads(g1, g0, rel=5e-2, label="liger")
+    print(f"\nliger: plain {t0 * 1e3:.1f} ms, liger {t1 * 1e3:.1f} ms (2 layers)")
+    _as_close_as_plain("liger logp", ref_lp, lp0, lp1, mask)
+    _as_close_as_plain("liger entropy", ref_e, e0, e1, mask)
+    _grads_as_close_as_plain("liger", ref_g, g0, g1)
 
 
 @pytest.mark.skipif(not HAS_LIGER, reason="needs liger-kernel (pip install 'rlfactory[gpu]')")
@@ -183,7 +206,9 @@ def _update_on_off(on: TrainKernels, label: str) -> None:
     print(f"\none PolicyUpdate ({len(batch)} rows, 2 passes): kernels off {t0 * 1e3:.0f} ms, {on} {t1 * 1e3:.0f} ms")
     print(f"{label}: " + ", ".join(f"{k} {m0[k]:.6g} / {m1[k]:.6g}" for k in ("loss/policy", "policy/entropy",
                                                                               "optim/grad_norm")))
-    _close_values(lp1, lp0, batch.loss_mask > 0, label + " logp")
+    with torch.no_grad():
+        ref, _ = policy_forward(base, batch, temperature=0.9, kernels=PLAIN)  # float32, the weights before
+    _as_close_as_plain(label + " logp", ref, lp0, lp1, batch.loss_mask > 0)
     for key in ("loss/policy", "policy/entropy"):
         assert m1[key] == pytest.approx(m0[key], rel=2e-2, abs=1e-3), key
     assert m1["optim/grad_norm"] == pytest.approx(m0["optim/grad_norm"], rel=3e-2)
@@ -203,10 +228,11 @@ def test_gpu_compile_gives_the_same_logprobs():
     first, second = _batch(rows=4, completion=256), _batch(rows=6, prompt=80, completion=300, seed=1)
     compiled = TrainKernels(compile=True)
     for batch in (first, second):  # two shapes: dynamic shapes, no failure on the second
+        ref_lp, _, ref_g, _, _ = _forward(model, batch, PLAIN, bf16=False)
         lp0, e0, g0, t0, _ = _forward(model, batch, PLAIN)
         lp1, e1, g1, t1, _ = _forward(model, batch, compiled)
         print(f"\ncompile: plain {t0 * 1e3:.0f} ms, compiled {t1 * 1e3:.0f} ms (first call includes compiling)")
-        _close_values(lp1, lp0, batch.loss_mask > 0, "compile logp")
-        _close_grads(g1, g0, label="compile")
+        _as_close_as_plain("compile logp", ref_lp, lp0, lp1, batch.loss_mask > 0)
+        _grads_as_close_as_plain("compile", ref_g, g0, g1)
     _, _, _, t2, _ = _forward(model, second, compiled)
     print(f"compile: compiled again {t2 * 1e3:.0f} ms")
