@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -146,7 +147,7 @@ def train_kernels(policy, device: torch.device, setting: str):
     return kernels
 
 
-def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Namespace, device: torch.device,
+def run_rlfactory(model_dir: str | Any, prompt_ids: list[list[int]], a: argparse.Namespace, device: torch.device,
                   kernels_setting: str = "auto", label: str = "rlfactory") -> dict:
     from transformers import AutoModelForCausalLM
 
@@ -160,7 +161,10 @@ def run_rlfactory(model_dir: str, prompt_ids: list[list[int]], a: argparse.Names
     from rlfactory.train.model import make_optimizer, make_scheduler
     from rlfactory.train.update import PolicyUpdate, UpdateData
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation=a.attn).to(device)
+    if isinstance(model_dir, str):
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation=a.attn).to(device)
+    else:  # the model itself (rlfactory alone: no save and load of a 4B/8B model)
+        model = model_dir
     model.eval()
     gen = LocalGenerator(model, pad_id=0, device=device, max_batch=len(prompt_ids) * a.group, seed=0)
     tr = TrainerConfig(lr=1e-6)
@@ -332,8 +336,14 @@ def main() -> None:
     if len(tok) > model.config.vocab_size:
         raise SystemExit(f"the tokenizer has {len(tok)} tokens, more than the model's {model.config.vocab_size}")
     params = sum(p.numel() for p in model.parameters())
-    work = Path(tempfile.mkdtemp(prefix="rlf-gpu-bench-"))
-    model.save_pretrained(work / "model")
+    names = a.frameworks.split(",")
+    if a.kernels_baseline and "rlfactory-plain" not in names:
+        names.insert(0, "rlfactory-plain")  # first: Liger's patches of the kernels run stay out of it
+    source: Any = model
+    if "trl" in names or len(names) > 1:  # both sides load the same saved weights
+        work = Path(tempfile.mkdtemp(prefix="rlf-gpu-bench-"))
+        model.save_pretrained(work / "model")
+        source = str(work / "model")
     del model
     texts, ids = make_prompts(tok, a.prompts, a.prompt_len, seed=0)
     peak, peak_note = peak_tflops(device, a.peak_tflops)
@@ -343,17 +353,14 @@ def main() -> None:
           f"{min(map(len, ids))}-{max(map(len, ids))} tokens, {a.completion_len} generated tokens each (EOS ignored); "
           f"{a.steps} steps each; load average {os.getloadavg()[0]:.1f}")
     runs = {}
-    names = a.frameworks.split(",")
-    if a.kernels_baseline and "rlfactory-plain" not in names:
-        names.insert(0, "rlfactory-plain")  # first: Liger's patches of the kernels run stay out of it
     for name in names:
         t0 = time.perf_counter()
         if name == "rlfactory":
-            runs[name] = run_rlfactory(str(work / "model"), ids, a, device, a.kernels)
+            runs[name] = run_rlfactory(source, ids, a, device, a.kernels)
         elif name == "rlfactory-plain":
-            runs[name] = run_rlfactory(str(work / "model"), ids, a, device, "off", label=name)
+            runs[name] = run_rlfactory(source, ids, a, device, "off", label=name)
         elif name == "trl":
-            runs[name] = run_trl(str(work / "model"), tok, texts, a, device)
+            runs[name] = run_trl(source, tok, texts, a, device)
         else:
             raise SystemExit(f"unknown framework {name!r} (rlfactory, trl, rlfactory-plain)")
         gc.collect()
