@@ -179,6 +179,8 @@ def grpo_attempt(arch: str, mode: str, a: argparse.Namespace, device: torch.devi
             peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
             return {"peak_gib": peak, "train_tok_s": tokens / train_s, "step_tok_s": tokens / (gen_s + train_s)}
         finally:
+            if gen is not None:
+                gen.close()  # its worker thread and decode cache (and CUDA graphs) go now, not at exit
             del model, policy, gen, optimizer, update
             cleanup(device)
 
