@@ -6,6 +6,7 @@ asserted: run with -s)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import pytest
@@ -28,6 +29,7 @@ def transformers_sdpa(monkeypatch):
     gqa_attention.uninstall()
     original = AttentionInterface._global_mapping["sdpa"]
     real_install = gqa_attention.install
+    made: list[LocalGenerator] = []
 
     def make(model, packed: bool, **kw) -> LocalGenerator:
         if packed:
@@ -36,11 +38,18 @@ def transformers_sdpa(monkeypatch):
             gqa_attention.uninstall()
         monkeypatch.setattr(gqa_attention, "install", lambda: None)  # this generator keeps what was chosen
         try:
-            return LocalGenerator(model, pad_id=0, device="cuda", **kw)
+            made.append(LocalGenerator(model, pad_id=0, device="cuda", **kw))
+            return made[-1]
         finally:
             monkeypatch.setattr(gqa_attention, "install", real_install)
 
     yield make
+    # Free the generators' CUDA graphs now: a dead generator's graph freed by the cyclic GC in
+    # the middle of a later test's capture breaks that capture.
+    for gen in made:
+        gen.close()
+    made.clear()
+    gc.collect()
     gqa_attention.uninstall()
     AttentionInterface.register("sdpa", original)
 
