@@ -78,6 +78,15 @@ def resolve_kernels(cfg: KernelsConfig, model: nn.Module, decoder: nn.Module, he
         if reason is not None and cfg.liger == "on":
             raise ConfigError(f"trainer.kernels.liger: on, but {reason}")
         liger = reason is None
+    if liger and getattr(decoder, "gradient_checkpointing", False):
+        # Liger runs only inside a training pass on the calling thread; gradient checkpointing
+        # recomputes the layers in the backward, on autograd's own thread, where transformers'
+        # code would run and not match the saved tensors (seen on an H200: CheckpointError).
+        why = "gradient checkpointing recomputes the layers outside the training pass (autograd's thread)"
+        if cfg.liger == "on":
+            raise ConfigError(f"trainer.kernels.liger: on, but {why}")
+        print(f"trainer.kernels.liger: off, since {why}", file=sys.stderr)
+        liger = False
     return TrainKernels(fused_head=fused, head_chunk_tokens=cfg.head_chunk_tokens,
                         packed=use_packed(cfg.packed, decoder, device), liger=liger, compile=cfg.compile)
 

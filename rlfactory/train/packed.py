@@ -226,6 +226,16 @@ def _flex(device: torch.device) -> Callable[..., Any]:
     return _COMPILED_FLEX["cuda"]
 
 
+FLEX_MIN_HEAD_DIM = 16  # torch's flex kernel: "embedding dimension ... must be at least 16" (NotImplementedError)
+
+
+def head_dim(decoder: nn.Module) -> int:
+    """The attention head size of `decoder`'s layers (config.head_dim, else hidden_size / heads)."""
+    cfg = getattr(decoder, "config", None)
+    size = getattr(cfg, "head_dim", None)
+    return int(size) if size else int(cfg.hidden_size // cfg.num_attention_heads)
+
+
 def flex_available(device: torch.device) -> bool:
     """Flex attention runs compiled on CUDA (triton); on the CPU the dense mask is used instead."""
     return device.type == "cuda"
@@ -241,7 +251,8 @@ def packed_hidden(decoder: nn.Module, batch: TrainBatch, use_flex: bool | None =
     packed = pack(batch)
     impl = attention_kernel(decoder)
     if use_flex is None:
-        use_flex = impl == FLEX or (impl == "sdpa" and flex_available(batch.completion_ids.device))
+        use_flex = impl == FLEX or (impl == "sdpa" and flex_available(batch.completion_ids.device)
+                                    and head_dim(decoder) >= FLEX_MIN_HEAD_DIM)
     if use_flex and impl not in ("sdpa", FLEX):
         raise ValueError(f"flex attention for packed passes needs sdpa or flex_attention, not {impl!r}")
     if use_flex:

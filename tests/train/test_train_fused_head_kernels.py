@@ -173,3 +173,18 @@ def test_a_run_with_the_fused_head_reproduces_the_golden_numbers(tmp_path, varia
     for step, (g, want) in enumerate(zip(got, GOLDEN[variant])):
         for key, value in want.items():
             assert g[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (step, key)
+
+
+def test_liger_stays_off_under_gradient_checkpointing(monkeypatch, capsys):
+    # its recomputation in the backward runs on autograd's thread, outside the training pass, so
+    # transformers' code would recompute what Liger's saved (CheckpointError on an H200)
+    import rlfactory.train.kernels as kernels_mod
+
+    monkeypatch.setattr(kernels_mod, "liger_unavailable", lambda model, device: None)  # as on CUDA
+    assert _resolve(tiny_qwen3(), liger="auto").liger  # the check below can fail
+    model = tiny_qwen3()
+    model.gradient_checkpointing_enable()
+    assert not _resolve(model, liger="auto").liger
+    assert "trainer.kernels.liger: off, since gradient checkpointing" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="trainer.kernels.liger: on, but gradient checkpointing"):
+        _resolve(model, liger="on")

@@ -245,3 +245,29 @@ def test_flex_routing_chains_with_the_gqa_decode_attention():
     finally:
         gqa_attention.uninstall()
         AttentionInterface.register("sdpa", before)
+
+
+def test_heads_under_16_wide_take_the_dense_mask_where_flex_would_run(monkeypatch):
+    # torch's flex kernel refuses heads under 16 wide (NotImplementedError; seen on an H200 with
+    # the FSDP GPU test's tiny model): such a model packs with the dense mask instead
+    import rlfactory.train.packed as packed_mod
+
+    monkeypatch.setattr(packed_mod, "flex_available", lambda device: True)  # as on CUDA
+    built = []
+    real_block_mask = packed_mod.PackedPass.block_mask
+    monkeypatch.setattr(packed_mod.PackedPass, "block_mask", lambda self: built.append(1) or real_block_mask(self))
+    batch = collate(trajectories(), pad_id=0)
+    narrow = tiny(2, attn="sdpa")  # head_dim 8
+    assert packed_mod.head_dim(decoder_and_head(narrow)[0]) == 8
+    with torch.no_grad():
+        packed_hidden(decoder_and_head(narrow)[0], batch)
+    assert built == []
+    from transformers import Qwen3ForCausalLM
+
+    cfg = copy.deepcopy(narrow.config)
+    cfg.head_dim = 16
+    wide = Qwen3ForCausalLM(cfg).eval()
+    assert packed_mod.head_dim(decoder_and_head(wide)[0]) == 16
+    with torch.no_grad():
+        packed_hidden(decoder_and_head(wide)[0], batch)
+    assert built == [1]
