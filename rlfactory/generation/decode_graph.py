@@ -23,6 +23,7 @@ cache (a trainer may change the model between rollouts: switch adapters, move it
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -138,6 +139,9 @@ class StaticDecode:
                 out = self._forward(model, plan, cache).clone()
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
+            # A dead generator's graphs freed by the cyclic GC in the middle of this capture break
+            # it (seen in the GPU tests on torch 2.11, whose capture no longer collects first).
+            gc.collect()
             # thread_local: the decode thread records; other threads (tools, the event loop) may
             # use CUDA meanwhile without invalidating the capture.
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
