@@ -66,12 +66,7 @@ def plan_micro_batches(completion_len: Sequence[int], prompt_len: Sequence[int],
             total = best[i] + tokens + overhead
             if total < best[j]:
                 best[j], cut[j] = total, i
-    passes = []
-    j = n
-    while j > 0:
-        passes.append(sorted(order[cut[j]:j]))
-        j = cut[j]
-    return passes[::-1]
+    return _passes_from_cuts(order, cut)
 
 
 def packed_tokens(completion_len: Sequence[int], prompt_len: Sequence[int], prompt_key: Sequence[int]) -> int:
@@ -105,8 +100,13 @@ def _plan_packed(completion_len: Sequence[int], prompt_len: Sequence[int], promp
             total = best[i] + tokens + overhead
             if total < best[j]:
                 best[j], cut[j] = total, i
+    return _passes_from_cuts(order, cut)
+
+
+def _passes_from_cuts(order: Sequence[int], cut: Sequence[int]) -> list[list[int]]:
+    """The passes of a plan whose last pass ending at row j starts at cut[j] (rows in `order`)."""
     passes = []
-    j = n
+    j = len(order)
     while j > 0:
         passes.append(sorted(order[cut[j]:j]))
         j = cut[j]
