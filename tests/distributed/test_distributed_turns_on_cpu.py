@@ -1,6 +1,13 @@
-"""Turn-level credit under `trainer.backend: ray` on a local Ray cluster: rollout workers send back
+"""Turn-level credit under `trainer.backend: ray` on a local Ray cluster: a rollout worker sends back
 trajectories whose turns the trainer scores (process rewards) and trains on with gigpo; one step
-equals the in-process trainer's (the same reasoning as test_distributed_train_on_cpu.py)."""
+equals the in-process trainer's (the same reasoning as test_distributed_train_on_cpu.py).
+
+One rollout worker, so that it decodes the step's four rows as one batch, as the in-process
+generator does. Split over two workers (two batches of 2), the sampler's logprobs round otherwise
+in the last bits (~5e-7) and on tiny:1m's nearly flat distribution that flipped a sampled token
+(1052 -> 1051, the last of trajectory 2 at seed 3) once the GQA decode attention changed the
+rounding: a different trajectory, hence a different gradient (grad norm 8.124 vs 8.244), not a
+different training step. Splitting rows over workers is test_distributed_train_on_cpu.py's."""
 
 from __future__ import annotations
 
@@ -31,7 +38,7 @@ def test_ray_backend_trains_gigpo_on_process_rewards_as_the_in_process_trainer(r
                     reward={"turn_terms": {"train_fixtures:turn_low_ids": 1.0, "tool_success": 0.5}})
     local_cfg = run_config(tmp_path, "local", **sections)
     ray_cfg = run_config(tmp_path, "ray", **{**sections, "trainer": {**sections["trainer"], "backend": "ray"},
-                                             "ray": {"rollout_workers": 2, "tool_pools": 1}})
+                                             "ray": {"rollout_workers": 1, "tool_pools": 1}})
     assert main(["train", local_cfg]) == 0 and main(["train", ray_cfg]) == 0
     (a,), (b,) = read_jsonl(tmp_path / "local" / "metrics.jsonl"), read_jsonl(tmp_path / "ray" / "metrics.jsonl")
     assert "turn_reward/train_fixtures:turn_low_ids" in a and a["optim/grad_norm"] > 0
