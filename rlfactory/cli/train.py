@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 
 from rlfactory.cli.common import allow_overrides_after_options
 
@@ -72,12 +76,36 @@ def run(args: argparse.Namespace) -> int:
             return 2
         open_session = open_ray_rollout
     try:
-        history = asyncio.run(train(cfg, resume=args.resume, open_session=open_session, restart=args.restart))
+        with stop_on_sigint_or_sigterm():
+            history = asyncio.run(train(cfg, resume=args.resume, open_session=open_session, restart=args.restart))
     except stops as e:
         print(f"rlfactory train: {e}", file=sys.stderr)
         return 2
     _report(history, cfg)
     return 0
+
+
+@contextlib.contextmanager
+def stop_on_sigint_or_sigterm() -> Iterator[None]:
+    """A run stops the same way on Ctrl-C (SIGINT) and on SIGTERM (`kill`, a scheduler's preemption,
+    the studio's escalation): the main task is cancelled and the last finished step checkpointed
+    (train/run.py), where SIGTERM's default would end the process with the step's work unsaved.
+
+    SIGINT gets Python's own handler even when the launcher left it ignored: a job started in the
+    background of a script without job control inherits SIGINT ignored, and `kill -INT` or a
+    Stop button would never reach the run (the clean-clone test run started that way let a 40-step
+    run of the studio's live-chart test train to its end after its SIGINT). asyncio.run, seeing
+    Python's handler, turns the first SIGINT into cancelling the run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.default_int_handler), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])
 
 
 def _run_rank(cfg, resume: bool, restart: bool = False) -> int:

@@ -13,7 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from rlfactory.cli.main import main
+from rlfactory.run_state import read_run_state
 from rlfactory.train.checkpoint import list_checkpoints
 from rlfactory.train.history import logged_history, start_over_refusal
 from rlfactory.train.runlog import read_metrics
@@ -108,3 +111,36 @@ def test_ctrl_c_writes_a_checkpoint_whatever_save_every_says_and_resume_keeps_th
     after = read_metrics(run / "metrics.jsonl")
     assert after[:len(logged)] == logged and after[-1]["step"] == saved + 1  # nothing logged was lost
     assert len(list((run / "trajectories").glob("step_*.jsonl"))) == saved + 1
+
+
+def as_a_background_job_of_a_script() -> None:
+    # `rlfactory train ... &` in a script without job control: SIGINT inherited ignored.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["kill_-INT", "kill"])
+def test_a_run_started_in_the_background_stops_on_sigint_or_sigterm_with_its_checkpoint(tmp_path, sig):
+    """SIGINT reaches a run whose launcher left it ignored (the studio's Stop, `kill -INT`), and
+    SIGTERM (`kill`, a scheduler's preemption) stops it as Ctrl-C does: the last finished step
+    checkpointed, the run's state "stopped", not the default's end with the step's work unsaved."""
+    cfg = run_config(tmp_path, trainer={"steps": 200, "save_every": 0})
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "train", cfg], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_a_background_job_of_a_script)
+    deadline = time.monotonic() + 180
+    while len(read_metrics(run / "metrics.jsonl")) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=120)  # a stop takes a step at most; the 200 steps take far longer
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"{sig.name} did not stop the run: it went on training") from None
+    assert proc.returncode == 130, err[-2000:]
+    steps = [r["step"] for r in read_metrics(run / "metrics.jsonl")]
+    ((saved, _),) = list_checkpoints(run)
+    assert saved == steps[-1] < 200 and f"stopped at step {saved} of 200; checkpoint" in err
+    assert read_run_state(run)["state"] == "stopped"
