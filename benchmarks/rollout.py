@@ -148,7 +148,7 @@ def hang_file(trajectories: int, fraction: float = 0.02) -> str:
 async def rollout(args, model, tok, tm, runner, mode: str, tools: str, count: int | None = None, first: int = 0):
     policy = BenchPolicy(tok) if args.policy == "ids" else ScriptedPolicy(tok, plan, tok.convert_tokens_to_ids("<|im_end|>"))
     gen = LocalGenerator(model, tok.pad_token_id or 0, tm.stop_token_ids(), tokenizer=tok, logits_processor=policy,
-                         max_batch=256, seed=0)
+                         max_batch=256, seed=0, admission_wait=args.admission_wait)
     cfg = RolloutConfig(mode=mode, lockstep_tools=tools, max_turns=4, max_new_tokens=64, max_total_tokens=2048,
                         max_observation_tokens=128, max_batch=256)
     engine = RolloutEngine(gen, tm, runner, PromptEnv(max_turns=4), cfg, SamplingConfig(temperature=1.0, seed=0))
@@ -281,7 +281,9 @@ def report_cell(runs) -> dict:
               f"{1000 * per_token[LOCKSTEP]:.3f} ms ({per_token[ENGINE] / per_token[LOCKSTEP]:.2f}x); torch threads "
               f"{torch.get_num_threads()}, max_batch 256, cache growths {results[ENGINE][2].get('cache_grows', 0)} / "
               f"{results[LOCKSTEP][2].get('cache_grows', 0)}; event-loop CPU {results[ENGINE][2]['loop_cpu_s']:.2f} s / "
-              f"{results[LOCKSTEP][2]['loop_cpu_s']:.2f} s (in the engine it shares the GIL with generation)")
+              f"{results[LOCKSTEP][2]['loop_cpu_s']:.2f} s (in the engine it shares the GIL with generation); "
+              f"admission waits {results[ENGINE][2].get('admission_waits', 0)} ({results[ENGINE][2].get('admission_wait_s', 0):.2f} s) / "
+              f"{results[LOCKSTEP][2].get('admission_waits', 0)} ({results[LOCKSTEP][2].get('admission_wait_s', 0):.2f} s)")
     print(f"  ({load()})", flush=True)
     return results | {"_timeouts": timeouts, "_calls": n_calls}
 
@@ -298,6 +300,8 @@ def main() -> int:
     p.add_argument("--policy", choices=("ids", "text"), default="ids",
                    help="how the scripted policy reads its plan: from token ids (BenchPolicy) or by decoding the "
                         "whole context every turn (ScriptedPolicy, as before issue 35's changes)")
+    p.add_argument("--admission-wait", type=float, default=1.0,
+                   help="the local generator's admission wait, decode steps (rollout.admission_wait; 0: off)")
     p.add_argument("--skip-sequential", action="store_true", help="skip the slowest baseline (smoke runs)")
     args = p.parse_args()
     timeouts = sorted(float(x) for x in args.timeouts.split(","))

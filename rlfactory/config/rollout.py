@@ -107,6 +107,10 @@ class RolloutConfig(Section):
     """Per observation (one tool turn); longer tool output is cut and marked `[truncated]`."""
     max_batch: int = 256
     """Most sequences the local generator decodes in one batch."""
+    admission_wait: float = 1.0
+    """Local generator: the most a decode step of a small batch is held, in decode steps' time,
+    so that turns about to arrive (trajectories whose tool calls are in flight, coming back at the
+    recent rate) join it; held only when they would grow the batch by half (0: never held)."""
     reuse_kv: bool = True
     """Keep each trajectory's KV cache between its turns, so a turn prefills only the new
     observation tokens instead of the whole context (dropped when the trajectory ends)."""
@@ -161,6 +165,8 @@ class RolloutConfig(Section):
                              "max_batch", "max_calls_per_turn", "max_turns", "max_concurrent")
         if self.context_turns < 1 or self.summary_max_tokens < 1:
             raise ValueError("rollout.context_turns and rollout.summary_max_tokens must be >= 1")
+        if self.admission_wait < 0:
+            raise ValueError(f"rollout.admission_wait must be >= 0 decode steps (0: never held), got {self.admission_wait}")
         if self.summarize_at is not None and not 1 <= self.summarize_at < self.max_total_tokens:
             raise ValueError(f"rollout.summarize_at must be between 1 and rollout.max_total_tokens "
                              f"({self.max_total_tokens}), got {self.summarize_at}")

@@ -47,6 +47,8 @@ class DecodeLoop:
         self.prefill = Prefill(self.forward, self.slots, self.kept, stops, pad_id, device, self.stats,
                                min_shared_prefix, vision)
         self.decode = DecodeStep(self.forward, self.slots, self.kept, stops, device, self.stats, static)
+        self.decode_s = 0.0
+        """Seconds of the last step's decode (its prefill left out): what a step of the batch costs."""
 
     @property
     def live(self) -> int:
@@ -78,6 +80,8 @@ class DecodeLoop:
                 self.release()  # buffers made for another model (or dtype, device): not reusable
             done = self.prefill(new) if new else []
             if self.live:
+                t1 = time.perf_counter()
                 done += self.decode()
+                self.decode_s = time.perf_counter() - t1
         self.stats["busy_s"] += time.perf_counter() - t0
         return done

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from rlfactory.openmp import release_pool
+from rlfactory.generation.admission import AdmissionWait
 from rlfactory.generation.attention_masks import mask_plan
 from rlfactory.generation.decode import DecodeLoop
 from rlfactory.generation.decode_graph import StaticDecode
@@ -50,6 +51,8 @@ class LocalGenerator:
     shapes replayed from a CUDA graph (decode_graph.py): same tokens, a fraction of the host time.
     On the CPU it fixes glibc's heap thresholds for the process (heap.py: freed temporaries are
     reused rather than given back and faulted in again at the next step).
+    `admission_wait`: the most a step of a small batch is held for turns about to arrive, in decode
+    steps' time (admission.py; 0: never held).
     `pixels` (a vision-language model's ToolManager) lets requests carry images (`GenRequest.images`):
     each is encoded once, in the prefill of its turn, at the model's own M-RoPE positions
     (vision.py); decode steps of rows after images run without CUDA graphs.
@@ -69,6 +72,7 @@ class LocalGenerator:
         logits_processor: Callable[[list[GenRequest], list[list[int]], torch.Tensor], torch.Tensor] | None = None,
         cuda_graphs: bool = True,
         pixels: PixelSource | None = None,
+        admission_wait: float = 1.0,
     ) -> None:
         self.model = model
         self.pad_id = int(pad_id)
@@ -91,7 +95,10 @@ class LocalGenerator:
             vision_body(model)  # a model that takes no pixels is refused here, not at the first image
         self.loop = DecodeLoop(lambda: self.model, self.pad_id, self.device, self.rng, tokenizer, logits_processor,
                                static=static, vision=vision, max_slots=self.max_batch)
+        self.loop.stats.update(admission_waits=0, admission_wait_s=0.0)
         self._pending: list[Row] = []
+        self.admission = AdmissionWait(admission_wait)
+        self._arrival: asyncio.Event | None = None  # set by submit while the worker holds a step
         self._worker: asyncio.Task | None = None
         self._free_pending = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlfactory-gen")
@@ -145,6 +152,9 @@ class LocalGenerator:
             self.loop.prefill.vision.check(self.model, request.prompt_ids, request.images)
         row = Row(request, loop.create_future(), frozenset(int(t) for t in stop_ids), stops, time.perf_counter())
         self._pending.append(row)
+        self.admission.arrived(row.t_submit)
+        if self._arrival is not None:
+            self._arrival.set()
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._run())
         return await row.future
@@ -190,8 +200,10 @@ class LocalGenerator:
                 # that submits its next turn at once joins this step rather than the one after,
                 # and that Python runs now instead of contending with the step for the GIL.
                 await asyncio.sleep(0)
+                await self._hold_for_arrivals()
                 new, self._pending = self._admit()
                 done = await aio.run_in_executor(self._executor, self._step, new)
+                self.admission.stepped(self.loop.decode_s)
                 new = []
                 for row in done:
                     if not row.future.done():
@@ -211,6 +223,32 @@ class LocalGenerator:
                 self._free_pending = False
             if was_training:
                 model.train()
+
+    async def _hold_for_arrivals(self) -> None:
+        """The bounded admission wait (admission.py): when the batch is small and turns keep
+        arriving, wait until the batch has doubled or the bound has passed, whichever is first."""
+        batch = self.loop.live + len(self._pending)
+        # Trajectories between turns: their caches are kept; a waiting row's session is still there.
+        away = len(self.loop.kept) - sum(r.req.session is not None for r in self._pending)
+        t0 = time.perf_counter()
+        wait = self.admission.wait_s(t0, batch, away)
+        if wait <= 0:
+            return
+        self._arrival = asyncio.Event()
+        try:
+            while self.loop.live + len(self._pending) < 2 * batch:
+                left = t0 + wait - time.perf_counter()
+                if left <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(self._arrival.wait(), left)
+                except TimeoutError:
+                    break
+                self._arrival.clear()
+        finally:
+            self._arrival = None
+        self.loop.stats["admission_waits"] += 1
+        self.loop.stats["admission_wait_s"] += time.perf_counter() - t0
 
     def _admit(self) -> tuple[list[Row], list[Row]]:
         """(rows that join the batch now, rows that keep waiting): the waiting rows of the lowest

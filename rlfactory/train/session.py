@@ -206,6 +206,7 @@ async def open_rollout(
                 stop_strings=tool_manager.stop_strings(),
                 device=next(model.parameters()).device,
                 max_batch=cfg.rollout.max_batch,
+                admission_wait=cfg.rollout.admission_wait,
                 seed=cfg.sampling.seed,
                 logits_processor=logits_processor,
                 cuda_graphs=cfg.rollout.cuda_graphs,
