@@ -95,6 +95,8 @@ class SlotLayer(DynamicLayer):
         self.buf_v[rows.unsqueeze(1), :, cols] = value_states.transpose(1, 2)
         if o.rows is None:  # the first B slots: a view, nothing copied
             return self.buf_k[: len(rows), :, : o.width], self.buf_v[: len(rows), :, : o.width]
+        if isinstance(o.rows, slice):  # consecutive slots (new rows seated at the end): a view too
+            return self.buf_k[o.rows, :, : o.width], self.buf_v[o.rows, :, : o.width]
         return self.buf_k[:, :, : o.width].index_select(0, rows), self.buf_v[:, :, : o.width].index_select(0, rows)
 
     def get_seq_length(self) -> int:
@@ -141,7 +143,7 @@ class SlotCache(DynamicCache):
         self.row_index = torch.arange(self._slots, device=dev)
         self.write_pos = torch.zeros(self._slots, dtype=torch.long, device=dev)
         self.step_cols = self.write_pos[:, None]
-        self.rows: torch.Tensor | None = None  # the step's slots; None: slots [0, B)
+        self.rows: torch.Tensor | slice | None = None  # the step's slots; None: slots [0, B)
         self.width, self.query_len = 1, 1
         if like:
             self.layers = self._new_layers([(k.shape[0], k.shape[2], v.shape[2], k.dtype) for k, v in like])
@@ -162,12 +164,15 @@ class SlotCache(DynamicCache):
         return self._columns
 
     def step_rows(self, b: int) -> torch.Tensor:
-        return self.row_index[:b] if self.rows is None else self.rows
+        if self.rows is None:
+            return self.row_index[:b]
+        return self.row_index[self.rows] if isinstance(self.rows, slice) else self.rows
 
-    def begin_step(self, write_pos: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+    def begin_step(self, write_pos: torch.Tensor, rows: torch.Tensor | slice | None = None) -> None:
         """Before a forward: where each of its rows writes its new tokens, `write_pos` [B] (one token
-        each, a decode step) or [B, Q] (a prefill), and which slots the rows are (`rows` [B];
-        None: slots [0, B), read back as a view). Every row sees columns [0, width)."""
+        each, a decode step) or [B, Q] (a prefill), and which slots the rows are (`rows` [B]; a
+        slice of consecutive slots or None, slots [0, B): read back as views, not copied). Every
+        row sees columns [0, width)."""
         if write_pos.dim() == 1:
             b = write_pos.shape[0]
             self.write_pos[:b] = write_pos

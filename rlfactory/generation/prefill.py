@@ -134,7 +134,11 @@ class Prefill:
             cols[i, :pad] = torch.arange(p + len(n), p + q)
         ids, cols = ids.to(self.device), cols.to(self.device)
         cache = slots.cache
-        cache.begin_step(cols, rows=torch.tensor(seats, device=self.device))
+        # New rows seated in consecutive slots (the free ones at the end, as on the CPU) are read back
+        # as a view of the cache: an index_select copied every new row's whole cache in every layer.
+        consecutive = seats == list(range(seats[0], seats[0] + len(seats)))
+        cache.begin_step(cols, rows=slice(seats[0], seats[-1] + 1) if consecutive
+                         else torch.tensor(seats, device=self.device))
         keys = torch.arange(cache.width, device=self.device).expand(len(rows), -1)  # a key's column is its position
         mask = plan.build(keys, torch.ones_like(keys, dtype=torch.bool), cols)
         pos, pixels = self._positions(rows, n_past, news, cols)

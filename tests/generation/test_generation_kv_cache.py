@@ -40,6 +40,29 @@ def test_place_take_move_and_grow():
         assert torch.equal(got[0], want[0])
 
 
+def test_a_step_over_consecutive_slots_writes_and_reads_as_one_over_their_indices():
+    """A prefill's rows seated in consecutive slots are given as a slice (read back as a view of the
+    buffers, not an index_select copy): same writes, same keys and values returned."""
+    caches = []
+    for rows in (torch.tensor([2, 3, 4]), slice(2, 5)):
+        cache = SlotCache(row(6, 0), slots=6, columns=16)
+        for s in range(6):
+            cache.place(s, row(6, s))
+        cols = torch.tensor([[6, 7], [6, 7], [3, 4]])  # each row writes its own 2 columns
+        cache.begin_step(cols, rows=rows)
+        k_in = torch.randn(3, 2, 2, 4, generator=torch.Generator().manual_seed(7))
+        v_in = torch.randn(3, 2, 2, 4, generator=torch.Generator().manual_seed(8))
+        out = [cache.update(k_in, v_in, layer) for layer in range(3)]
+        caches.append((cache, out))
+    (by_index, out_i), (by_slice, out_s) = caches
+    for (ki, vi), (ks, vs) in zip(out_i, out_s):
+        assert ks.shape == (3, 2, 8, 4) and torch.equal(ki, ks) and torch.equal(vi, vs)
+    assert out_s[0][0]._base is not None  # a view of the buffers
+    for s in range(6):
+        for a, b in zip(by_index.take(s, 8), by_slice.take(s, 8)):
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
 def test_long_observation_on_a_kept_cache_decodes_like_a_fresh_prefill():
     model = tiny_random_lm()
     greedy = SamplingConfig(greedy=True)
