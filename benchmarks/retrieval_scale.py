@@ -32,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,15 +98,26 @@ def disk_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
 
-async def load_test(url: str, queries: list[str], concurrency: int, client: str = "httpx") -> tuple[list[float], float]:
+@dataclass
+class LoadResult:
+    latencies: list[float]  # seconds, of the requests answered
+    wall_s: float
+    errors: list[str]  # one line a failed request (warm-up included), in order
+
+
+async def load_test(url: str, queries: list[str], concurrency: int, client: str = "httpx") -> LoadResult:
     """Each query a request (`POST /retrieve`, top 3), `concurrency` in flight; the latencies and the wall
     time. `client`: httpx (the benchmark's client since it was written) or aiohttp (less CPU a request,
-    which matters here: the client runs on the server's 2 cores)."""
+    which matters here: the client runs on the server's 2 cores). A request that fails (the connection
+    closed under it, an error status, a wrong answer) is one line in `errors` and the run goes on: a
+    benchmark that stops at the first failure loses the run's other rows."""
     sem = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
+    errors: list[str] = []
     if client == "httpx":
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         session: Any = httpx.AsyncClient(limits=limits, timeout=120)
+        failures: tuple[type[BaseException], ...] = (httpx.HTTPError,)
 
         async def post(body: dict) -> dict:
             r = await session.post(url + "/retrieve", json=body)
@@ -115,6 +128,7 @@ async def load_test(url: str, queries: list[str], concurrency: int, client: str 
 
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency),
                                         timeout=aiohttp.ClientTimeout(total=120))
+        failures = (aiohttp.ClientError, asyncio.TimeoutError)
 
         async def post(body: dict) -> dict:
             async with session.post(url + "/retrieve", json=body) as r:
@@ -125,15 +139,22 @@ async def load_test(url: str, queries: list[str], concurrency: int, client: str 
         async def one(q: str) -> None:
             async with sem:
                 t = time.perf_counter()
-                answer = await post({"queries": [q], "topk": 3})
-                assert len(answer["result"][0]) == 3
+                try:
+                    answer = await post({"queries": [q], "topk": 3})
+                    got = len(answer["result"][0])
+                except (*failures, ValueError, KeyError, TypeError) as e:  # each reported, the run goes on
+                    errors.append(f"{type(e).__name__}: {e}")
+                    return
+                if got != 3:
+                    errors.append(f"wrong answer: {got} passages, not 3")
+                    return
                 latencies.append(time.perf_counter() - t)
 
         await asyncio.gather(*(one(q) for q in queries[:50]))  # warm-up: pages the index in
         latencies.clear()
         t0 = time.perf_counter()
         await asyncio.gather(*(one(q) for q in queries))
-        return latencies, time.perf_counter() - t0
+        return LoadResult(latencies, time.perf_counter() - t0, errors)
 
 
 def cpu_s(pid: int | None = None) -> float:
@@ -145,11 +166,11 @@ def cpu_s(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_up(proc: subprocess.Popen, url: str, timeout_s: float) -> None:
+def wait_up(proc: subprocess.Popen, url: str, timeout_s: float, log: Path) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read()[-2000:]}")
+            raise RuntimeError(f"server exited: {log.read_text()[-2000:]}")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return
@@ -161,32 +182,48 @@ def wait_up(proc: subprocess.Popen, url: str, timeout_s: float) -> None:
 
 def serve_and_query(cmd: list[str], port: int, queries: list[str], concurrency: int, startup_s: float,
                     client: str = "httpx") -> dict:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # the server's stderr goes to a file, read afterwards: a pipe nobody reads blocks a server that
+    # logs more than its 64 KB buffer (an error line a request), and its last lines explain a failure
+    log = Path(tempfile.mkstemp(prefix="rlf-retrieval-server-", suffix=".log")[1])
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.perf_counter()
-        wait_up(proc, url, startup_s)
+        wait_up(proc, url, startup_s, log)
         up_s = time.perf_counter() - t0
         rss_loaded = rss_mb(proc.pid)
         server0, client0 = cpu_s(proc.pid), cpu_s()
-        lat, wall = asyncio.run(load_test(url, queries, concurrency, client))
+        run = asyncio.run(load_test(url, queries, concurrency, client))
         server1, client1 = cpu_s(proc.pid), cpu_s()
         rss_after = rss_mb(proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    lat_ms = sorted(x * 1000 for x in lat)
+    server_log = log.read_text().splitlines()
+    log.unlink()
+    if not run.latencies:
+        raise RuntimeError(f"every request failed ({run.errors[0]}); server's stderr: {server_log[-20:]}")
+    lat_ms = sorted(x * 1000 for x in run.latencies)
     n = len(queries) + min(50, len(queries))  # with the warm-up
     return {"startup_s": up_s, "rss_loaded_mb": rss_loaded, "rss_mb": rss_after,
             "p50_ms": statistics.median(lat_ms), "p99_ms": lat_ms[int(0.99 * (len(lat_ms) - 1))],
-            "qps": len(lat) / wall, "server_cpu_ms": (server1 - server0) / n * 1000,
-            "client_cpu_ms": (client1 - client0) / n * 1000}
+            "qps": len(run.latencies) / run.wall_s, "server_cpu_ms": (server1 - server0) / n * 1000,
+            "client_cpu_ms": (client1 - client0) / n * 1000, "errors": run.errors, "requests": n,
+            "server_log": server_log}
 
 
 def http_line(name: str, r: dict, concurrency: int, client: str) -> str:
-    return (f"{name}, {client} client: top-3 at {concurrency} concurrent: p50 {r['p50_ms']:.1f} ms, p99 "
+    line = (f"{name}, {client} client: top-3 at {concurrency} concurrent: p50 {r['p50_ms']:.1f} ms, p99 "
             f"{r['p99_ms']:.1f} ms, {r['qps']:.0f} q/s; CPU a query: server {r['server_cpu_ms']:.2f} ms, client "
             f"{r['client_cpu_ms']:.2f} ms; server RSS {r['rss_mb']:.0f} MB")
+    if r["errors"]:
+        kinds = Counter(e.split(":", 1)[0] for e in r["errors"])
+        line += (f"\n    FAILED {len(r['errors'])} of {r['requests']} requests ("
+                 + ", ".join(f"{k} x{c}" for k, c in kinds.most_common()) + f"; first: {r['errors'][0]})")
+        if r["server_log"]:
+            line += "\n    server's stderr, last lines: " + " | ".join(r["server_log"][-5:])
+    return line
 
 
 def in_process_ms(search, queries: list[str]) -> float:

@@ -1,7 +1,10 @@
 """The retriever server as it was before issue 33's latency work (at a081f0e), kept as the same-run
 baseline of benchmarks/retrieval_scale.py: each request handed to Starlette's thread pool of its
 own, and BM25 search that scores every posting of the query's terms (a full pass over all docs
-when they are long) instead of MaxScore pruning. Same index folder, same answers.
+when they are long) instead of MaxScore pruning. Same index folder, same answers. It runs under
+the same uvicorn settings as the server (keep-alive included: at uvicorn's default 5 s, as at
+a081f0e, a benchmark's httpx client met connections reset under it), so the two differ only in
+the work this baseline stands for.
 
     python benchmarks/retriever_before.py --index idx/ --port 8000
 """
@@ -18,6 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rlfactory.envs.search.bm25 import BM25Index, tokenize
+from rlfactory.envs.search.retriever import KEEP_ALIVE_S
 
 
 class UnprunedBM25:
@@ -83,7 +87,7 @@ def main() -> None:
     a = ap.parse_args()
     _, index, docs = load_index(a.index)
     uvicorn.run(build_app_before(docs, 3, UnprunedBM25(index)), host="127.0.0.1", port=a.port, log_level="warning",
-                access_log=False)
+                access_log=False, timeout_keep_alive=KEEP_ALIVE_S)
 
 
 if __name__ == "__main__":

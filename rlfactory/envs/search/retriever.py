@@ -28,6 +28,13 @@ from rlfactory.envs.search.batcher import MicroBatcher, log_error
 from rlfactory.envs.search.bm25 import BM25Index, load_corpus
 from rlfactory.server_process import exit_with_parent
 
+# How long an idle keep-alive connection stays open. uvicorn's default (5 s) equals httpx's
+# keep-alive expiry, so a client could reuse a connection the moment the server closed it: its
+# request then met a reset (httpx.ReadError), often when the server's loop was late (a busy CPU)
+# and ran the close before reading the request that had already arrived. Longer than the clients'
+# expiry (httpx 5 s, aiohttp 15 s), the client always lets go first.
+KEEP_ALIVE_S = 75
+
 
 def build_app(docs: Sequence[dict[str, Any]], default_topk: int = 3, index: Any = None) -> Starlette:
     """`docs`: the documents by position (a list, or a CorpusStore); `index`: anything with
@@ -93,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--topk", type=int, default=3, help="default topk when a request gives none")
+    ap.add_argument("--keep-alive", type=float, default=KEEP_ALIVE_S, metavar="S",
+                    help="seconds an idle HTTP connection stays open (longer than clients keep theirs)")
     ap.add_argument("--exit-with-parent", type=int, default=None, metavar="PID", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.exit_with_parent:
@@ -107,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         docs = load_corpus(a.corpus)
         app = build_app(docs, a.topk)
     print(f"retriever: {len(docs)} docs, http://{a.host}:{a.port}/retrieve", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=a.host, port=a.port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=a.host, port=a.port, log_level="warning", access_log=False, timeout_keep_alive=a.keep_alive)
     return 0
 
 
