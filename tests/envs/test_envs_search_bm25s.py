@@ -200,3 +200,28 @@ def test_maxscore_pruning_falls_back_when_its_bound_is_not_below_the_kth_score()
     ids, spans = _ids_spans(index, "rare common")
     assert index._pruned(ids, spans, 3) is None
     assert index.search("rare common", 3) == index._full(spans, 3)
+
+
+def test_many_short_postings_on_a_large_index_are_pruned_with_the_unions_ranking_to_the_bit():
+    import random
+    from collections import Counter
+
+    texts = _zipf_texts(3000)
+    index = BM25Index(texts)
+    index.prune_min_docs, index.prune_min_postings = 0, 20  # as from 50k docs and 20k postings by default
+    rng = random.Random(2)
+    # words in under 2% of the docs: a query's postings stay under 1/8 of them (the union's path)
+    df = Counter(w for t in texts for w in set(t.split()))
+    vocab = sorted(w for w, n in df.items() if n < 60)
+    queries = [" ".join(rng.sample(vocab, 4)) for _ in range(150)]
+    pruned = 0
+    for query in queries:
+        ids, spans = _ids_spans(index, query)
+        total = sum(b - a for a, b in spans)
+        assert total * 8 < index.n_docs, query
+        for k in (1, 3, 10):
+            union = index._union(spans, k)
+            if total >= index.prune_min_postings and index._pruned(ids, spans, k) is not None:
+                pruned += 1
+            assert index.search(query, k) == union, (query, k)  # same docs, same scores, exactly
+    assert pruned > 100
