@@ -74,6 +74,17 @@ def test_draw_follows_the_distribution_and_never_draws_a_zero_probability_token(
     assert draw(one_hot, torch.tensor([0.0, 0.5, 0.999999])).tolist() == [0, 6, 3]
 
 
+def test_a_draw_that_rounds_up_to_the_total_takes_the_last_token_of_positive_probability():
+    """u * total can round up to the total, where no cdf exceeds it: the last token of probability
+    > 0 is drawn, never one past the vocabulary nor a trailing zero; the other rows are unchanged."""
+    from rlfactory.generation.sampling import draw
+
+    probs = torch.tensor([[0.2, 0.0, 0.8, 0.0, 0.0], [0.1, 0.2, 0.3, 0.2, 0.2], [0.0, 0.5, 0.0, 0.5, 0.0]])
+    assert draw(probs, torch.tensor([1.0, 0.45, 0.3])).tolist() == [2, 2, 1]
+    assert draw(probs, torch.tensor([0.5, 1.0, 1.0])).tolist() == [2, 4, 3]
+    assert draw(probs, torch.tensor([0.5, 0.45, 0.3])).tolist() == [2, 2, 1]  # none needs the fix-up
+
+
 def test_seeded_uniforms_are_a_pure_function_of_seed_and_position():
     from rlfactory.generation.sampling import seeded_uniforms
 
