@@ -17,6 +17,11 @@ match overall, single-hop and multi-hop, searches per question (after the last s
 first step whose held-out exact match (evaluated every --eval-every steps) reaches 70%. Printed
 per seed, as mean and spread over seeds, and as the ratio to grpo's mean in this same run.
 
+`--merge A.json B.json ...` prints one report from runs made one (variant, seed) per invocation
+(each with its own --json): their results side by side. `--forms EVAL.json ...` prints held-out
+exact match and searches per question form (the question with its names taken out) from
+`rlfactory eval --out` reports: where a variant's misses are.
+
 `--smoke` runs the whole code path at a tiny size (a few demonstrations and steps, 1 seed, a
 few held-out questions): what tests/train/test_train_credit_benchmark.py runs. Its figures mean
 nothing. The full run takes about 1.5 hours of quiet 2-core CPU (a warm start of ~9 minutes,
@@ -105,6 +110,38 @@ def print_report(results: dict[str, dict[int, dict[str, Any]]], file=sys.stdout)
     print("columns: " + ", ".join(FIGURES), file=file)
 
 
+def merge(paths: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
+    """The results of several --json files (one per invocation) as one; a (variant, seed) twice is an error."""
+    results: dict[str, dict[int, dict[str, Any]]] = {}
+    for path in paths:
+        for name, seeds in json.loads(Path(path).read_text())["results"].items():
+            for seed, r in seeds.items():
+                if int(seed) in results.get(name, {}):
+                    raise SystemExit(f"credit.py --merge: {name} seed {seed} is in two files ({path})")
+                results.setdefault(name, {})[int(seed)] = r
+    order = [v for v in VARIANTS if v in results]
+    return {name: dict(sorted(results[name].items())) for name in order}
+
+
+def question_form(question: str) -> str:
+    """A question with its names taken out (the demo's names are capitalised made-up words)."""
+    return " ".join(w for w in question.split() if w[0].islower() or w in ("When", "Where", "Who", "In", "What"))
+
+
+def print_forms(paths: list[str], file=sys.stdout) -> None:
+    for path in paths:
+        qs = json.loads(Path(path).read_text())["questions"]
+        forms: dict[str, list[dict[str, Any]]] = {}
+        for q in qs:
+            forms.setdefault(question_form(q["question"]), []).append(q)
+        print(f"\n{path}: {len(qs)} questions, exact match {statistics.fmean(q['accuracy'] for q in qs):.3f}", file=file)
+        print(f"{'question form':40s}{'n':>5s}{'searches':>10s}{'exact':>8s}", file=file)
+        for form in sorted(forms):
+            group = forms[form]
+            print(f"{form:40s}{len(group):5d}{statistics.fmean(q['tool_calls'] for q in group):10.2f}"
+                  f"{statistics.fmean(q['accuracy'] for q in group):8.3f}", file=file)
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from rlfactory.cli.common import load_run_config
     from rlfactory.cli.demo import chain_queries
@@ -147,7 +184,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-limit", type=int, default=None, help="the first N held-out questions only")
     p.add_argument("--smoke", action="store_true", help="the whole code path at a tiny size (figures mean nothing)")
     p.add_argument("--json", default=None, help="write every figure here")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="report the results of these --json files")
+    p.add_argument("--forms", nargs="+", default=None, metavar="EVAL_JSON",
+                   help="exact match by question form from `rlfactory eval --out` reports")
     args = p.parse_args(argv)
+    if args.merge or args.forms:
+        if args.merge:
+            print_report(merge(args.merge))
+        if args.forms:
+            print_forms(args.forms)
+        return 0
     t0 = time.perf_counter()
     report = asyncio.run(main_async(args))
     print_report(report["results"])

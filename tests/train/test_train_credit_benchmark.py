@@ -50,3 +50,38 @@ def test_the_report_gives_each_variant_its_seeds_mean_spread_and_ratio_to_grpo(t
     assert "0.600±0.100 x1.00" in text  # grpo: the mean of 0.5 and 0.7, half their spread
     assert "0.900±0.000 x1.50" in text  # gigpo's exact match is 1.5 x grpo's in the same run
     assert "20.000±0.000 x0.40 (1/2)" in text  # one seed of two reached 70%, at step 20 (grpo: 50)
+
+
+def test_merge_joins_one_file_per_run_and_refuses_a_run_twice(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from credit import merge
+
+    def write(name: str, variant: str, seed: int, em: float) -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps({"results": {variant: {str(seed): {"exact_match": em}}}}))
+        return str(path)
+
+    a, b, c = write("a.json", "gigpo", 1, 0.5), write("b.json", "grpo", 0, 0.7), write("c.json", "gigpo", 0, 0.6)
+    merged = merge([a, b, c])
+    assert list(merged) == ["grpo", "gigpo"] and list(merged["gigpo"]) == [0, 1]  # VARIANTS' order, seeds sorted
+    assert merged["gigpo"][1]["exact_match"] == 0.5
+    with pytest.raises(SystemExit, match="gigpo seed 1 is in two files"):
+        merge([a, write("d.json", "gigpo", 1, 0.9)])
+
+
+def test_forms_group_questions_without_their_names(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import io
+
+    from credit import print_forms, question_form
+
+    assert question_form("When was Mavi Mobe born?") == question_form("When was Tete Vola born?") == "When was born?"
+    report = tmp_path / "eval.json"
+    report.write_text(json.dumps({"questions": [
+        {"question": "When was Mavi Mobe born?", "accuracy": 0.0, "tool_calls": 1.0},
+        {"question": "When was Tete Vola born?", "accuracy": 1.0, "tool_calls": 1.0},
+        {"question": "Who does Kaso Dega work for?", "accuracy": 1.0, "tool_calls": 2.0}]}))
+    out = io.StringIO()
+    print_forms([str(report)], file=out)
+    rows = {line[:40].strip(): line[40:].split() for line in out.getvalue().splitlines()[3:]}
+    assert rows == {"When was born?": ["2", "1.00", "0.500"], "Who does work for?": ["1", "2.00", "1.000"]}
