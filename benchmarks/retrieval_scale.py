@@ -15,7 +15,8 @@ p50/p99 latency, queries/s and the CPU time a query of the server and of the cli
 the same CPU, so its CPU is the server's loss); plus in-process search latency (no HTTP). Each is
 measured for this server and for the server before issue 33's latency work (benchmarks/
 retriever_before.py: a thread hand-off a request, no MaxScore pruning) on the same index, with
-ratios; `--clients httpx,aiohttp` repeats the HTTP runs with each load generator. 10M passages is projected from the measured growth (linear in N from the two largest
+ratios; `--clients httpx,aiohttp,tool` repeats the HTTP runs with each load generator (tool: the search
+tool's client, which sends the calls in flight as one request). 10M passages is projected from the measured growth (linear in N from the two largest
 sizes). Targets on this 2-core CPU: 1M passages indexed in < 10 min, top-3 p50 < 20 ms, RSS < 3 GB.
 """
 
@@ -103,12 +104,15 @@ class LoadResult:
     latencies: list[float]  # seconds, of the requests answered
     wall_s: float
     errors: list[str]  # one line a failed request (warm-up included), in order
+    http_requests: int | None = None  # with the tool's client: the HTTP requests its calls went in
 
 
 async def load_test(url: str, queries: list[str], concurrency: int, client: str = "httpx") -> LoadResult:
     """Each query a request (`POST /retrieve`, top 3), `concurrency` in flight; the latencies and the wall
-    time. `client`: httpx (the benchmark's client since it was written) or aiohttp (less CPU a request,
-    which matters here: the client runs on the server's 2 cores). A request that fails (the connection
+    time. `client`: httpx (the benchmark's client since it was written), aiohttp (less CPU a request,
+    which matters here: the client runs on the server's 2 cores) or tool (the search tool's client,
+    rlfactory.envs.search.mcp_server.RetrieveClient: the same one-query calls, those in flight
+    together sent as one request, as a rollout's search calls reach the retriever). A request that fails (the connection
     closed under it, an error status, a wrong answer) is one line in `errors` and the run goes on: a
     benchmark that stops at the first failure loses the run's other rows."""
     sem = asyncio.Semaphore(concurrency)
@@ -123,6 +127,15 @@ async def load_test(url: str, queries: list[str], concurrency: int, client: str 
             r = await session.post(url + "/retrieve", json=body)
             r.raise_for_status()
             return r.json()
+    elif client == "tool":  # the search tool's client: the calls in flight batched into few requests
+        from rlfactory.envs.search.mcp_server import RetrieveClient
+
+        tool = RetrieveClient(url, topk=3, timeout_s=120)
+        session = tool.client
+        failures = (httpx.HTTPError,)
+
+        async def post(body: dict) -> dict:
+            return {"result": [await tool.search(body["queries"][0])]}
     else:
         import aiohttp
 
@@ -154,7 +167,7 @@ async def load_test(url: str, queries: list[str], concurrency: int, client: str 
         latencies.clear()
         t0 = time.perf_counter()
         await asyncio.gather(*(one(q) for q in queries))
-        return LoadResult(latencies, time.perf_counter() - t0, errors)
+        return LoadResult(latencies, time.perf_counter() - t0, errors, tool.requests if client == "tool" else None)
 
 
 def cpu_s(pid: int | None = None) -> float:
@@ -210,13 +223,15 @@ def serve_and_query(cmd: list[str], port: int, queries: list[str], concurrency: 
             "p50_ms": statistics.median(lat_ms), "p99_ms": lat_ms[int(0.99 * (len(lat_ms) - 1))],
             "qps": len(run.latencies) / run.wall_s, "server_cpu_ms": (server1 - server0) / n * 1000,
             "client_cpu_ms": (client1 - client0) / n * 1000, "errors": run.errors, "requests": n,
-            "server_log": server_log}
+            "http_requests": run.http_requests, "server_log": server_log}
 
 
 def http_line(name: str, r: dict, concurrency: int, client: str) -> str:
     line = (f"{name}, {client} client: top-3 at {concurrency} concurrent: p50 {r['p50_ms']:.1f} ms, p99 "
             f"{r['p99_ms']:.1f} ms, {r['qps']:.0f} q/s; CPU a query: server {r['server_cpu_ms']:.2f} ms, client "
             f"{r['client_cpu_ms']:.2f} ms; server RSS {r['rss_mb']:.0f} MB")
+    if r["http_requests"] is not None:
+        line += f" ({r['requests']} calls in {r['http_requests']} HTTP requests)"
     if r["errors"]:
         kinds = Counter(e.split(":", 1)[0] for e in r["errors"])
         line += (f"\n    FAILED {len(r['errors'])} of {r['requests']} requests ("
@@ -239,7 +254,8 @@ def main() -> int:
     ap.add_argument("--baseline-sizes", default="100000,300000")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--before-sizes", default=None, help="sizes at which the server before is run too (default: all)")
-    ap.add_argument("--clients", default="httpx", help="load generators, comma-separated: httpx, aiohttp")
+    ap.add_argument("--clients", default="httpx", help="load generators, comma-separated: httpx, aiohttp, tool "
+                    "(the search tool's client, concurrent calls batched)")
     ap.add_argument("--work", default=None, help="scratch folder (default: a temp folder)")
     ap.add_argument("--prepare-only", action="store_true", help="make the corpora and indexes in --work, then stop")
     ap.add_argument("--reuse", action="store_true", help="use the corpora and indexes already in --work")
@@ -250,8 +266,8 @@ def main() -> int:
     base_sizes = {int(s) for s in a.baseline_sizes.split(",") if s}
     before_sizes = set(sizes) if a.before_sizes is None else {int(s) for s in a.before_sizes.split(",") if s}
     clients = a.clients.split(",")
-    if not set(clients) <= {"httpx", "aiohttp"}:
-        ap.error(f"--clients: httpx or aiohttp, not {a.clients}")
+    if not set(clients) <= {"httpx", "aiohttp", "tool"}:
+        ap.error(f"--clients: httpx, aiohttp or tool, not {a.clients}")
     work = Path(a.work or tempfile.mkdtemp(prefix="rlf-retrieval-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {os.getloadavg()}; CPUs: {os.cpu_count()}", flush=True)

@@ -4,8 +4,9 @@
     python -m rlfactory.envs.search.mcp_server --corpus corpus.jsonl [--topk 3]
 
 Runs over stdio. With `--corpus` it searches a JSON-lines corpus itself (BM25, in the server's
-process; a relative path is taken from the MCP config's folder). With `--url` each call posts
-`{"queries": [query], "topk": k, "return_scores": true}` to `URL/retrieve`. Either way the
+process; a relative path is taken from the MCP config's folder). With `--url` calls post
+`{"queries": [...], "topk": k, "return_scores": true}` to `URL/retrieve`, the calls made while a
+request is in flight together in the next one (`RetrieveClient`). Either way the
 documents are formatted like Search-R1's `_passages2string`:
 `Doc 1(Title: Kalo Mire) Kalo Mire was born in ...` one line per document.
 """
@@ -13,6 +14,7 @@ documents are formatted like Search-R1's `_passages2string`:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 from typing import Annotated, Any
 
@@ -56,20 +58,77 @@ def build_corpus_server(corpus: str, topk: int = 3):
     return server
 
 
+class RetrieveClient:
+    """Search calls to a Search-R1 `/retrieve` server, the calls made while a request is in flight
+    sent together as the next request (`/retrieve` takes a list of queries). A rollout's trajectories
+    search at once: 64 concurrent calls cost a few HTTP requests instead of 64, each of which cost
+    the server and this client more CPU than the search itself (and httpx's connection pool, per
+    request, time that grows with the requests in flight). Answers are those of one-query requests.
+    A batch answered with an error status is retried query by query, so an error answers its own
+    call only."""
+
+    def __init__(self, url: str, topk: int = 3, timeout_s: float = 30.0, max_batch: int = 64) -> None:
+        self.endpoint, self.topk, self.max_batch = url.rstrip("/") + "/retrieve", topk, max_batch
+        self.client = httpx.AsyncClient(timeout=timeout_s)
+        self._pending: list[tuple[str, asyncio.Future[list[dict[str, Any]]]]] = []
+        self._sender: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
+        self.requests = 0  # HTTP requests sent so far (for tests and benchmarks)
+
+    async def search(self, query: str) -> list[dict[str, Any]]:
+        """The top `topk` hits of `query`, as `/retrieve` gives them (`{"document", "score"}` each)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[dict[str, Any]]] = loop.create_future()
+        self._pending.append((query, future))
+        if self._sender is None or self._sender.done():
+            self._sender = loop.create_task(self._send())
+        return await future
+
+    async def _post(self, queries: list[str]) -> list[list[dict[str, Any]]]:
+        self.requests += 1
+        r = await self.client.post(self.endpoint, json=retrieve_payload(queries, self.topk))
+        r.raise_for_status()
+        result = r.json()["result"]
+        if len(result) != len(queries):
+            raise ValueError(f"the retriever answered {len(result)} lists for {len(queries)} queries")
+        return result
+
+    async def _send(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
+            results: list[Any]
+            try:
+                results = await self._post([q for q, _ in batch])
+            except httpx.HTTPStatusError as e:
+                if len(batch) == 1:
+                    results = [e]
+                else:  # one query's error fails the request: each query alone answers its own call
+                    answers = await asyncio.gather(*(self._post([q]) for q, _ in batch), return_exceptions=True)
+                    results = [a if isinstance(a, Exception) else a[0] for a in answers]
+            except (httpx.HTTPError, ValueError, KeyError) as e:  # every call of the batch hears it
+                results = [e] * len(batch)
+            for (_, future), result in zip(batch, results):
+                if future.done():  # its call was cancelled (a tool timeout)
+                    continue
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
 def build_server(url: str, topk: int = 3, timeout_s: float = 30.0):
     from mcp.server.mcpserver import MCPServer
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no log line per request on stderr
     server = MCPServer("search", log_level="WARNING")
-    endpoint = url.rstrip("/") + "/retrieve"
-    # One client for the server's lifetime (connection reuse across calls).
-    client = httpx.AsyncClient(timeout=timeout_s)
+    # One client for the server's lifetime (connection reuse across calls; concurrent calls batched).
+    client = RetrieveClient(url, topk, timeout_s)
 
     @server.tool(description="Search the knowledge corpus and return the top passages.", structured_output=False)
     async def search(query: Annotated[str, Field(description="What to look up, e.g. a name from the question.")]) -> str:
-        r = await client.post(endpoint, json=retrieve_payload([query], topk))
-        r.raise_for_status()
-        return format_results(r.json()["result"][0])
+        return format_results(await client.search(query))
 
     return server
 
