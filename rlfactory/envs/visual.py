@@ -76,6 +76,21 @@ COLOURS = {"red": (220, 30, 30), "green": (20, 160, 40), "blue": (30, 60, 220), 
            "magenta": (200, 30, 200), "teal": (0, 150, 150)}
 
 
+def palette(n: int) -> list[str]:
+    """The square's colours of an env with `n` of them: the six named ones, then (past six) `mix-k`
+    colours drawn from a fixed seed with every channel in 40..215, so the checker ink shows in all
+    three channels. More colours make more distinct pictures when there are few places."""
+    return sorted(COLOURS)[:n] + [f"mix-{k}" for k in range(max(0, n - len(COLOURS)))]
+
+
+def rgb(colour: str) -> tuple[int, int, int]:
+    """A colour name of `palette` as RGB."""
+    if colour in COLOURS:
+        return COLOURS[colour]
+    rng = random.Random(f"visual-colour-{colour}")
+    return (rng.randint(40, 215), rng.randint(40, 215), rng.randint(40, 215))
+
+
 @dataclass(frozen=True)
 class Item:
     """One picture: where its square is, in which colour, which digit, and its background's seed."""
@@ -116,15 +131,15 @@ def draw(item: Item, size: int, ink: str = "solid") -> np.ndarray:
     rng = np.random.default_rng(item.noise_seed)
     canvas = rng.integers(200, 245, (size, size, 1), dtype=np.uint8).repeat(3, axis=2)
     w, h = square_size(ink)
-    canvas[item.y:item.y + h, item.x:item.x + w] = np.array(COLOURS[item.colour], dtype=np.uint8)
+    canvas[item.y:item.y + h, item.x:item.x + w] = np.array(rgb(item.colour), dtype=np.uint8)
     scale = CHECKER_SCALE if ink == "checker" else SCALE
     if ink == "checker":
-        base = np.array(COLOURS[item.colour], dtype=np.int16)
+        base = np.array(rgb(item.colour), dtype=np.int16)
         d = np.minimum(CHECKER_CONTRAST, np.minimum(base, 255 - base))  # per channel, so nothing clips
         hi, lo = (base + d).astype(np.uint8), (base - d).astype(np.uint8)
         cell = np.tile(np.array([[hi, lo], [lo, hi]], dtype=np.uint8), (scale // 2, scale // 2, 1))
     else:
-        ink_rgb = np.array((255, 255, 255) if sum(COLOURS[item.colour]) < 400 else (0, 0, 0), dtype=np.uint8)
+        ink_rgb = np.array((255, 255, 255) if sum(rgb(item.colour)) < 400 else (0, 0, 0), dtype=np.uint8)
         cell = np.broadcast_to(ink_rgb, (scale, scale, 3))
     for r, line in enumerate(_FONT[item.digit]):
         for c, bit in enumerate(line):
@@ -135,9 +150,11 @@ def draw(item: Item, size: int, ink: str = "solid") -> np.ndarray:
 
 
 def make_items(seed: int, n_train: int, n_test: int, size: int, ink: str = "solid",
-               id_style: str = "split") -> dict[str, list[Item]]:
+               id_style: str = "split", place_step: int | None = None,
+               colours: int = len(COLOURS)) -> dict[str, list[Item]]:
     """Both splits from one seed; every picture's key (digit, place, colour) is used once. With
-    `checker` ink the squares sit at 4k + 2 (their font cells at multiples of 4); with `id_style:
+    `checker` ink the squares sit at 4k + 2 (their font cells at multiples of 4); `place_step` spaces
+    the places further apart (fewer of them); `colours`: how many of `palette`; with `id_style:
     code` every picture gets a distinct code of 3 digits (4 past 900 pictures), drawn alike for
     both splits."""
     w, h = square_size(ink)
@@ -146,6 +163,13 @@ def make_items(seed: int, n_train: int, n_test: int, size: int, ink: str = "soli
     if id_style == "code" and n_train + n_test > 9000:
         raise ValueError(f"visual env: id_style code names at most 9000 pictures, got {n_train + n_test}")
     step, offset = (CHECKER_SCALE, MARGIN) if ink == "checker" else (1, 0)
+    step = place_step or step
+    names = palette(colours)
+    places = ((size - w - offset) // step + 1) * ((size - h - offset) // step + 1)
+    keys = 10 * places * len(names)
+    if n_train + n_test > keys:  # every picture has its own key: more would never be drawn
+        raise ValueError(f"visual env: n_train + n_test ({n_train + n_test}) is more than the {keys} distinct "
+                         f"pictures (10 digits x {places} places x {len(names)} colours) at size {size}")
     rng = random.Random(seed)
     first = 100 if n_train + n_test <= 900 else 1000
     codes = random.Random(f"{seed}-codes").sample(range(first, 10 * first), n_train + n_test) if id_style == "code" else []
@@ -155,7 +179,7 @@ def make_items(seed: int, n_train: int, n_test: int, size: int, ink: str = "soli
         items: list[Item] = []
         while len(items) < n:
             item = Item(split, len(items), rng.randrange(10), rng.randrange((size - w - offset) // step + 1) * step + offset,
-                        rng.randrange((size - h - offset) // step + 1) * step + offset, rng.choice(sorted(COLOURS)),
+                        rng.randrange((size - h - offset) // step + 1) * step + offset, rng.choice(names),
                         rng.getrandbits(32))
             if item.key not in seen:
                 seen.add(item.key)
@@ -192,15 +216,16 @@ class VisualEnv(Env):
     demonstrations that answer at once with a guessed digit), `max_turns` (3), `system_prompt`,
     `episode_picture` (false; true: `zoom(x, y, size)` takes no picture id and shows the episode's
     own picture), `solver_zoom` (32: the side of the solver's window; `size` zooms on the whole
-    picture at 0, 0), `family` (unused)."""
+    picture at 0, 0), `place_step` (px between the square's places: 4 with checker ink, 1 with
+    solid; larger: fewer places), `colours` (6: the square's colours, `palette`), `family` (unused)."""
 
     name = "visual"
 
     def __init__(self, *, seed: int = 0, n_train: int = 1000, n_test: int = 100, size: int = 160, view: int = 40,
                  tool_images: bool = True, ink: str = "solid", id_style: str = "split", question: str | None = None,
                  guess_rate: float = 0.0, episode_picture: bool = False, solver_zoom: int = 32,
-                 max_turns: int = 3, system_prompt: str | None = None,
-                 family: str | None = None) -> None:
+                 max_turns: int = 3, system_prompt: str | None = None, place_step: int | None = None,
+                 colours: int = len(COLOURS), family: str | None = None) -> None:
         if not 16 <= view <= size:
             raise ValueError(f"visual env: view must be between 16 and size ({size}), got {view}")
         if not isinstance(tool_images, bool):
@@ -209,6 +234,13 @@ class VisualEnv(Env):
             raise ValueError(f"visual env: ink must be one of {', '.join(INKS)}, got {ink!r}")
         if id_style not in ("split", "code"):
             raise ValueError(f"visual env: id_style must be split or code, got {id_style!r}")
+        unit = CHECKER_SCALE if ink == "checker" else 1
+        if place_step is not None and (not isinstance(place_step, int) or place_step < 1 or place_step % unit):
+            raise ValueError(f"visual env: place_step must be a positive multiple of {unit} with {ink} ink, "
+                             f"got {place_step!r}")
+        if not isinstance(colours, int) or colours < 1:
+            raise ValueError(f"visual env: colours must be a positive integer, got {colours!r}")
+        self.place_step, self.colours = place_step, colours
         if not 0.0 <= guess_rate <= 1.0:
             raise ValueError(f"visual env: guess_rate must be between 0 and 1, got {guess_rate!r}")
         template = question or QUESTION
@@ -232,7 +264,8 @@ class VisualEnv(Env):
 
     def items(self) -> dict[str, list[Item]]:
         if self._items is None:
-            self._items = make_items(self.seed, self.n_train, self.n_test, self.size, self.ink, self.id_style)
+            self._items = make_items(self.seed, self.n_train, self.n_test, self.size, self.ink, self.id_style,
+                                     self.place_step, self.colours)
             self._by_id = {it.picture_id: it for items in self._items.values() for it in items}
         return self._items
 

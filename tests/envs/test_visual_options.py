@@ -167,3 +167,43 @@ def test_episode_picture_zoom_shows_each_concurrent_episodes_own_picture(tmp_pat
     assert result.is_error and "shows the episode's own picture" in result.text and "\n" not in result.text
     with pytest.raises(ValueError, match="solver_zoom must be between 8 and 64"):
         make_env("visual", size=64, solver_zoom=80)
+
+
+def test_more_pictures_than_distinct_keys_is_one_line_not_an_endless_draw():
+    # size 32, checker ink: 4 x 2 places, so 10 x 8 x 6 = 480 (digit, place, colour) keys
+    env = make_env("visual", seed=0, n_train=400, n_test=81, size=32, view=16, ink="checker")
+    with pytest.raises(ValueError, match=r"n_train \+ n_test \(481\) is more than the 480 distinct pictures") as e:
+        env.items()
+    assert "\n" not in str(e.value)
+    assert len(make_env("visual", seed=0, n_train=400, n_test=80, size=32, view=16, ink="checker").items()["test"]) == 80
+
+
+def test_place_step_spaces_the_places_and_colours_past_six_show_the_checker_in_every_channel():
+    from rlfactory.envs.visual import palette, rgb
+
+    env = make_env("visual", seed=0, n_train=200, n_test=100, size=32, view=16, ink="checker", solver_zoom=32,
+                   place_step=16, colours=30)
+    items = env.items()
+    assert {(it.x, it.y) for split in items.values() for it in split} == {(2, 2)}  # one place at this size
+    assert {it.colour for it in items["train"]} <= set(palette(30)) and len({it.colour for it in items["train"]}) > 20
+    keys = {it.key for it in items["train"]}
+    assert not keys & {it.key for it in items["test"]}
+    assert palette(6) == sorted(COLOURS) and palette(8)[6:] == ["mix-0", "mix-1"]
+    for name in palette(30)[6:]:
+        assert all(40 <= c <= 215 for c in rgb(name))
+    item = next(it for it in items["train"] if it.colour.startswith("mix-"))
+    square = draw(item, 32, "checker")[item.y:item.y + 24, item.x:item.x + 16].astype(int)
+    ink = square.std(axis=(0, 1))
+    assert (ink > 10).all()  # the digit's checker varies every channel
+    # six colours (the default) draw the same pictures as before the option existed
+    assert [it.key for it in make_env("visual", seed=3, n_train=30, n_test=5).items()["train"]] == \
+        [it.key for it in make_env("visual", seed=3, n_train=30, n_test=5, colours=6).items()["train"]]
+
+
+def test_bad_place_step_and_colours_are_one_line():
+    for options, why in (({"ink": "checker", "place_step": 6}, "place_step must be a positive multiple of 4"),
+                         ({"place_step": 0}, "place_step must be a positive multiple of 1"),
+                         ({"colours": 0}, "colours must be a positive integer")):
+        with pytest.raises(ValueError, match=why) as e:
+            make_env("visual", **options)
+        assert "\n" not in str(e.value)
