@@ -209,6 +209,7 @@ def test_many_short_postings_on_a_large_index_are_pruned_with_the_unions_ranking
     texts = _zipf_texts(3000)
     index = BM25Index(texts)
     index.prune_min_docs, index.prune_min_postings = 0, 20  # as from 50k docs and 20k postings by default
+    index.compiled = False  # the numpy MaxScore (the compiled one: the test below)
     rng = random.Random(2)
     # words in under 2% of the docs: a query's postings stay under 1/8 of them (the union's path)
     df = Counter(w for t in texts for w in set(t.split()))
@@ -225,3 +226,45 @@ def test_many_short_postings_on_a_large_index_are_pruned_with_the_unions_ranking
                 pruned += 1
             assert index.search(query, k) == union, (query, k)  # same docs, same scores, exactly
     assert pruned > 100
+
+
+@pytest.mark.parametrize("copies", [1, 2])
+def test_compiled_maxscore_gives_the_full_passes_ranking_to_the_bit(copies):
+    """bm25_kernel (numba) against the full pass, on every path a query takes; with each passage
+    twice (copies=2) every score ties with another doc's, and the earlier doc must come first."""
+    import random
+
+    pytest.importorskip("numba")
+    texts = _zipf_texts(3000 // copies, seed=3) * copies
+    index = BM25Index(texts)
+    index.prune_min_docs = 0  # as on a large index
+    rng = random.Random(4)
+    queries = [" ".join(rng.choice(t.split()) for _ in range(rng.randint(2, 5))) for t in rng.sample(texts, 150)]
+    queries += ["w0 w1 w2", "w0", "w1 w3 w1999", "w5 w1234", "nothing here", "w7 nothing"]
+    proven = 0
+    for query in queries:
+        ids, spans = _ids_spans(index, query)
+        for k in (1, 3, 10):
+            full = index._full(spans, k) if ids else [(i, 0.0) for i in range(k)]
+            got = index._compiled(ids, spans, k) if ids else None
+            if got is not None:
+                proven += 1
+                assert got == full, (query, k)  # same docs, same scores, exactly
+                assert got == index._pruned(ids, spans, k) or index._pruned(ids, spans, k) is None
+            assert index.search(query, k) == full, (query, k)
+    assert proven > 200  # most queries are answered by the kernel, not by the full pass
+
+
+def test_compiled_maxscore_breaks_a_tie_met_in_a_later_round_by_the_earlier_doc():
+    pytest.importorskip("numba")
+    # t1 and t2 are equally rare; doc 9 holds t1 twice, doc 8 t2 twice (the same weight). The first
+    # round scores t1's docs and cannot prove doc 9 (t2's weight may match it); the second meets doc 8,
+    # tied with doc 9 and earlier: it comes first, as in the full ranking.
+    texts = ["c f1 f2 f3", "t1 c f4 f5", "t2 c f6 f7"] + [f"c x{i} y{i} z{i}" for i in range(5)]
+    texts += ["t2 t2 f8 f9", "t1 t1 f10 f11"] + [f"c g{i} h{i} i{i}" for i in range(70)]  # 80 docs: 5 candidates allowed
+    index = BM25Index(texts)
+    index.prune_min_docs = 0
+    ids, spans = _ids_spans(index, "t1 t2 c")
+    full = index._full(spans, 2)
+    assert [d for d, _ in full] == [8, 9] and full[0][1] == full[1][1]
+    assert index._compiled(ids, spans, 1) == full[:1] and index._compiled(ids, spans, 2) == full

@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from rlfactory.envs.search.bm25_kernel import maxscore_kernel
+
 _TOKEN = re.compile(r"[a-z0-9]+")
 # Lucene's EnglishAnalyzer default stop set.
 STOPWORDS = frozenset(
@@ -67,6 +69,9 @@ class BM25Index:
     # with all of them, pruning's work with the rarest terms' only (1M generated passages, under
     # load: from 30k postings 1.0 vs 6.6 ms a query; 10-30k about even; under 3k the union 2-3x cheaper).
     prune_min_postings = 20_000
+    # MaxScore as one compiled call where numba is installed (rlfactory[retrieval]), for every query
+    # on a large index: 0.32 vs 0.93 ms a query at 1M generated passages, 0.09 vs 0.97 at 100k (under load)
+    compiled = True
 
     def __init__(self, texts: Iterable[str] | None = None, k1: float = 0.9, b: float = 0.4,
                  progress: Callable[[Iterable[str]], Iterable[str]] | None = None) -> None:
@@ -116,9 +121,10 @@ class BM25Index:
         Only the docs holding a query term are scored (the union of the terms' postings, read
         from the CSC arrays), so a query costs its postings, not the corpus size; when fewer than
         `k` docs match, the first non-matching docs follow with score 0, as a full ranking gives.
-        A query with long postings (a common term), or many short ones on a large index, is
-        answered by MaxScore pruning where that is exact (`_pruned`), else by one pass over all docs
-        (long postings) or the union of the postings."""
+        On a large index a query is answered by MaxScore pruning where that is exact: compiled
+        (`_compiled`) where numba is installed, else in numpy (`_pruned`) for long postings (a
+        common term) or many short ones; else by one pass over all docs (long postings) or the
+        union of the postings."""
         k = max(0, min(k, self.n_docs))
         ids = sorted({self._vocab[t] for t in tokenize(query) if t in self._vocab})
         if k == 0 or not ids:
@@ -127,8 +133,12 @@ class BM25Index:
         spans = [(int(indptr[t]), int(indptr[t + 1])) for t in ids]
         total = sum(b - a for a, b in spans)
         long = total * 8 >= self.n_docs
-        if self.n_docs >= self.prune_min_docs and (long or total >= self.prune_min_postings):
-            hits = self._pruned(ids, spans, k)
+        if self.n_docs >= self.prune_min_docs:
+            hits = None
+            if self.compiled and maxscore_kernel() is not None:
+                hits = self._compiled(ids, spans, k)
+            elif long or total >= self.prune_min_postings:
+                hits = self._pruned(ids, spans, k)
             if hits is not None:
                 return hits
         return self._full(spans, k) if long else self._union(spans, k)
@@ -184,6 +194,19 @@ class BM25Index:
             got = float(weights.max()) if bool(np.all(docs[1:] > docs[:-1])) else None
             self._max[t] = got
         return got
+
+    def _compiled(self, ids: list[int], spans: list[tuple[int, int]], k: int) -> list[tuple[int, float]] | None:
+        """`_pruned` as one compiled call (bm25_kernel.maxscore, numba): the same answers to the bit,
+        None where the bound does not prove them."""
+        maxima = [self._term_max(t, a, b) for t, (a, b) in zip(ids, spans)]
+        if any(m is None for m in maxima):
+            return None
+        _, indices, data = self._csc()
+        docs, scores, proven = maxscore_kernel()(indices, data, np.array([a for a, _ in spans], dtype=np.int64),
+                                                 np.array([b for _, b in spans], dtype=np.int64),
+                                                 np.array(maxima, dtype=np.float64), k, self.n_docs,
+                                                 np.float32(self.k1 + 1.0))
+        return list(zip(docs.tolist(), scores.tolist())) if proven else None
 
     def _pruned(self, ids: list[int], spans: list[tuple[int, int]], k: int) -> list[tuple[int, float]] | None:
         """MaxScore: the docs of the rarest terms are the candidates, scored exactly (every query
