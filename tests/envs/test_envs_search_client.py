@@ -33,9 +33,18 @@ def test_concurrent_calls_share_requests_and_get_the_one_query_answers(tmp_path)
             finally:
                 await client.aclose()
 
+        async def small_batches() -> tuple[list, int]:
+            client = RetrieveClient(server.url, topk=3, max_batch=8)
+            try:
+                return await asyncio.gather(*(client.search(q) for q in queries)), client.requests
+            finally:
+                await client.aclose()
+
         got, requests = asyncio.run(go())
-    assert got == alone  # same documents, same scores, in the order of the calls
+        got8, requests8 = asyncio.run(small_batches())
+    assert got == alone and got8 == alone  # same documents, same scores, in the order of the calls
     assert requests == 1  # 41 calls made together: one request
+    assert requests8 == 6  # 8 queries a request at most: 4 requests at once, then 2 more
 
 
 class _FailsOn:

@@ -63,15 +63,18 @@ class RetrieveClient:
     sent together as the next request (`/retrieve` takes a list of queries). A rollout's trajectories
     search at once: 64 concurrent calls cost a few HTTP requests instead of 64, each of which cost
     the server and this client more CPU than the search itself (and httpx's connection pool, per
-    request, time that grows with the requests in flight). Answers are those of one-query requests.
+    request, time that grows with the requests in flight). Up to `max_batch` queries a request; once
+    a full batch waits, up to `max_in_flight` requests at once. Answers are those of one-query requests.
     A batch answered with an error status is retried query by query, so an error answers its own
     call only."""
 
-    def __init__(self, url: str, topk: int = 3, timeout_s: float = 30.0, max_batch: int = 64) -> None:
-        self.endpoint, self.topk, self.max_batch = url.rstrip("/") + "/retrieve", topk, max_batch
+    def __init__(self, url: str, topk: int = 3, timeout_s: float = 30.0, max_batch: int = 64,
+                 max_in_flight: int = 4) -> None:
+        self.endpoint, self.topk = url.rstrip("/") + "/retrieve", topk
+        self.max_batch, self.max_in_flight = max_batch, max_in_flight
         self.client = httpx.AsyncClient(timeout=timeout_s)
         self._pending: list[tuple[str, asyncio.Future[list[dict[str, Any]]]]] = []
-        self._sender: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
+        self._senders: set[asyncio.Task[None]] = set()  # held: the loop keeps only a weak reference
         self.requests = 0  # HTTP requests sent so far (for tests and benchmarks)
 
     async def search(self, query: str) -> list[dict[str, Any]]:
@@ -79,8 +82,12 @@ class RetrieveClient:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[dict[str, Any]]] = loop.create_future()
         self._pending.append((query, future))
-        if self._sender is None or self._sender.done():
-            self._sender = loop.create_task(self._send())
+        # one request in flight, more (up to max_in_flight) once a full batch waits: many calls
+        # are not held to one batch a round trip
+        if not self._senders or (len(self._pending) >= self.max_batch and len(self._senders) < self.max_in_flight):
+            sender = loop.create_task(self._send())  # runs after this loop pass: the pass's calls join
+            self._senders.add(sender)
+            sender.add_done_callback(self._senders.discard)
         return await future
 
     async def _post(self, queries: list[str]) -> list[list[dict[str, Any]]]:
