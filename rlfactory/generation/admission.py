@@ -37,7 +37,9 @@ class AdmissionWait:
 
     def arrived(self, now: float) -> None:
         """A turn was submitted at `now` (perf_counter seconds)."""
-        self._arrivals.append(now)
+        if self.steps > 0:  # (turned off, nothing reads them)
+            self._arrivals.append(now)
+            self._forget_before(now - self.window_steps * self.step_s)
 
     def stepped(self, seconds: float) -> None:
         """A decode step took `seconds`."""
@@ -50,9 +52,14 @@ class AdmissionWait:
     def expected(self, now: float) -> float:
         """Turns expected to arrive within the bound, at the rate of the last `window_steps` steps."""
         window = self.window_steps * self.step_s
-        while self._arrivals and self._arrivals[0] < now - window:
-            self._arrivals.popleft()
+        self._forget_before(now - window)
         return len(self._arrivals) * self.steps / self.window_steps if window > 0 else 0.0
+
+    def _forget_before(self, t: float) -> None:
+        """Drop arrivals before `t` (kept only as far back as the window: a long-lived generator,
+        `rlfactory serve`'s, sees millions)."""
+        while self._arrivals and self._arrivals[0] < t:
+            self._arrivals.popleft()
 
     def wait_s(self, now: float, batch: int, away: int) -> float:
         """How long to hold the next step (0: not at all): `batch` rows are live or waiting to join

@@ -61,6 +61,18 @@ def test_the_bound_follows_the_decode_steps_time():
         RolloutConfig(admission_wait=-0.5)
 
 
+def test_arrivals_are_kept_only_as_far_back_as_the_window():
+    """A long-lived generator (`rlfactory serve`) sees turns for days: only the window's are kept,
+    also when no step is ever held (turned off: none at all)."""
+    wait = policy([])
+    for k in range(100_000):
+        wait.arrived(k * 0.001)  # 1000 per second over 100 s; the window is 8 steps of 10 ms
+    assert len(wait._arrivals) <= 81
+    off = AdmissionWait(0)
+    off.arrived(1.0)
+    assert len(off._arrivals) == 0
+
+
 class Held(AdmissionWait):
     """Holds every step while trajectories are away, for a fixed bound (the real policy's decision
     is tested above; this tests how the generator holds)."""
