@@ -77,6 +77,18 @@ def test_restart_deletes_the_old_checkpoints_so_a_later_resume_cannot_pick_them(
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1]
 
 
+def train_until_two_steps(cfg: str, run: Path, preexec) -> subprocess.Popen:
+    """A real `rlfactory train` process of `cfg` (into `run`), once it has logged two steps."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "train", cfg], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+    deadline = time.monotonic() + 180
+    while len(read_metrics(run / "metrics.jsonl")) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    return proc
+
+
 def as_in_a_terminal() -> None:
     # A test suite started in the background of a shell without job control (as a CI runner may
     # start it) inherits SIGINT *ignored*, and so would the child: the Ctrl-C below would never
@@ -87,14 +99,7 @@ def as_in_a_terminal() -> None:
 def test_ctrl_c_writes_a_checkpoint_whatever_save_every_says_and_resume_keeps_the_history(tmp_path, capsys):
     cfg = run_config(tmp_path, trainer={"steps": 200, "save_every": 0})
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "train", cfg], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=as_in_a_terminal)
-    deadline = time.monotonic() + 180
-    while len(read_metrics(run / "metrics.jsonl")) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc = train_until_two_steps(cfg, run, as_in_a_terminal)
     proc.send_signal(signal.SIGINT)  # what Ctrl-C and the studio's Stop send
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
@@ -125,14 +130,7 @@ def test_a_run_started_in_the_background_stops_on_sigint_or_sigterm_with_its_che
     checkpointed, the run's state "stopped", not the default's end with the step's work unsaved."""
     cfg = run_config(tmp_path, trainer={"steps": 200, "save_every": 0})
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "rlfactory.cli.main", "train", cfg], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=as_a_background_job_of_a_script)
-    deadline = time.monotonic() + 180
-    while len(read_metrics(run / "metrics.jsonl")) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc = train_until_two_steps(cfg, run, as_a_background_job_of_a_script)
     proc.send_signal(sig)
     try:
         _, err = proc.communicate(timeout=120)  # a stop takes a step at most; the 200 steps take far longer
