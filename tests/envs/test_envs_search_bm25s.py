@@ -246,7 +246,7 @@ def test_compiled_maxscore_gives_the_full_passes_ranking_to_the_bit(copies):
         ids, spans = _ids_spans(index, query)
         for k in (1, 3, 10):
             full = index._full(spans, k) if ids else [(i, 0.0) for i in range(k)]
-            got = index._compiled(ids, spans, k) if ids else None
+            got = index._compiled(ids, k) if ids else None
             if got is not None:
                 proven += 1
                 assert got == full, (query, k)  # same docs, same scores, exactly
@@ -267,4 +267,23 @@ def test_compiled_maxscore_breaks_a_tie_met_in_a_later_round_by_the_earlier_doc(
     ids, spans = _ids_spans(index, "t1 t2 c")
     full = index._full(spans, 2)
     assert [d for d, _ in full] == [8, 9] and full[0][1] == full[1][1]
-    assert index._compiled(ids, spans, 1) == full[:1] and index._compiled(ids, spans, 2) == full
+    assert index._compiled(ids, 1) == full[:1] and index._compiled(ids, 2) == full
+
+
+def test_term_maxima_are_each_terms_largest_weight_and_nan_where_its_docs_are_unsorted():
+    import numpy as np
+
+    from rlfactory.envs.search.bm25 import term_maxima
+
+    index = BM25Index(_zipf_texts(500, seed=5))
+    indptr, indices, data = index._csc()
+    want = [float(data[a:b].max()) if b > a else 0.0 for a, b in zip(indptr[:-1], indptr[1:])]
+    for chunk in (7, 1 << 24):  # the order check in small chunks and in one
+        assert term_maxima(indptr, indices, data, chunk).tolist() == want
+    # by hand: term 0 sorted, term 1 empty, term 2 unsorted (5 before 3), term 3 a repeated doc
+    indptr = np.array([0, 2, 2, 5, 7])
+    indices = np.array([1, 4, 0, 5, 3, 2, 2], dtype=np.int32)
+    data = np.array([0.5, 1.5, 2.0, 0.25, 1.0, 3.0, 3.0], dtype=np.float32)
+    for chunk in (1, 2, 3, 100):
+        got = term_maxima(indptr, indices, data, chunk)
+        assert got[:2].tolist() == [1.5, 0.0] and np.isnan(got[2]) and np.isnan(got[3])

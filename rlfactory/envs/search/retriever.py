@@ -15,7 +15,7 @@ the saved index is mapped from disk and documents are read from the corpus by of
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 from typing import Any, Sequence
 
@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from rlfactory.envs.search.batcher import MicroBatcher, log_error
 from rlfactory.envs.search.bm25 import BM25Index, load_corpus
+from rlfactory.envs.search.corpus_store import Documents, InMemoryDocs, dumps
 from rlfactory.server_process import exit_with_parent
 
 # How long an idle keep-alive connection stays open. uvicorn's default (5 s) equals httpx's
@@ -36,26 +37,29 @@ from rlfactory.server_process import exit_with_parent
 KEEP_ALIVE_S = 75
 
 
-def build_app(docs: Sequence[dict[str, Any]], default_topk: int = 3, index: Any = None) -> Starlette:
+def build_app(docs: Sequence[dict[str, Any]] | Documents, default_topk: int = 3, index: Any = None) -> Starlette:
     """`docs`: the documents by position (a list, or a CorpusStore); `index`: anything with
     `search(query, k) -> [(position, score)]` (default: BM25 over `docs`).
 
     Requests are answered in one worker thread, those that arrive together as one batch
     (rlfactory.envs.search.batcher: a thread hand-off per request cost more than the search);
-    the JSON answer is encoded there too. An error in one request answers that request with 500
+    the JSON answer is written there too, each document's JSON spliced in as `docs.json_bytes`
+    gives it (a corpus line as it is). An error in one request answers that request with 500
     and its cause; the others in its batch are answered as usual."""
     index = index or BM25Index([d["contents"] for d in docs])
+    store: Documents = docs if isinstance(docs, Documents) else InMemoryDocs(docs)
 
     def answer(request: tuple[list[str], int, bool]) -> bytes:
         queries, topk, with_scores = request
-        result = []
+        lists = []
         for q in queries:
             hits = index.search(q, topk)
             if with_scores:
-                result.append([{"document": docs[i], "score": s} for i, s in hits])
+                items = [b'{"document":%s,"score":%s}' % (store.json_bytes(i), _score(s)) for i, s in hits]
             else:
-                result.append([docs[i] for i, _ in hits])
-        return _json({"result": result})
+                items = [store.json_bytes(i) for i, _ in hits]
+            lists.append(b"[" + b",".join(items) + b"]")
+        return b'{"result":[' + b",".join(lists) + b"]}"
 
     batcher: MicroBatcher[tuple[list[str], int, bool], bytes] = MicroBatcher(answer, name="retrieve")
 
@@ -85,9 +89,11 @@ def build_app(docs: Sequence[dict[str, Any]], default_topk: int = 3, index: Any 
     return app
 
 
-def _json(content: Any) -> bytes:
-    """As Starlette's JSONResponse renders it."""
-    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode("utf-8")
+def _score(s: float) -> bytes:
+    """A score as JSON, as json.dumps writes it (a float's repr; NaN and infinity are refused)."""
+    if type(s) is float and math.isfinite(s):
+        return float.__repr__(s).encode()
+    return dumps(s)
 
 
 def main(argv: list[str] | None = None) -> int:
