@@ -39,7 +39,8 @@ class DecodeLoop:
                  max_slots: int | None = None) -> None:
         self.stats: dict[str, float] = {
             "steps": 0, "prefills": 0, "prefill_tokens": 0, "reused_tokens": 0, "shared_prefix_tokens": 0,
-            "moved_rows": 0, "tokens": 0, "busy_s": 0.0, "cache_grows": 0}
+            "moved_rows": 0, "tokens": 0, "busy_s": 0.0, "cache_grows": 0,
+            "prefix_steps": 0}
         self.forward = Forward(model, device, rng, logits_processor)
         self.slots = Slots(model, pad_id, device, self.stats, max_slots)
         self.kept = KeptCaches(self.stats)
@@ -78,6 +79,10 @@ class DecodeLoop:
         with torch.inference_mode():
             if new and self.slots.stale():
                 self.release()  # buffers made for another model (or dtype, device): not reusable
+            if not self.live and not len(self.kept):
+                # Nothing holds the shared prefix block: drop it, the weights may have changed since
+                # (a trainer's update between rollouts; VersionedGenerator drops kept caches then).
+                self.slots.prefix = None
             done = self.prefill(new) if new else []
             if self.live:
                 t1 = time.perf_counter()

@@ -60,8 +60,11 @@ class DecodeStep:
                 mask = plan.build(cols.expand(len(write), -1), cols <= write.unsqueeze(1), write.unsqueeze(1))
             last = torch.tensor(slots.last, dtype=torch.long, device=self.device).unsqueeze(1)
             pos = write if not any(delta) else write + torch.tensor(delta, dtype=torch.long, device=self.device)
+            # The columns most rows start with (system prompt, tools), read once for all (shared_prefix.py).
+            prefix = slots.prefix_step(len(slots.rows)) if slots.prefix is not None else None
+            self.stats["prefix_steps"] += prefix is not None
             logits = self.forward.logits(rows, last, mask, pos.unsqueeze(1), cache,
-                                         slots.keep_index(live, len(slots.rows)))
+                                         slots.keep_index(live, len(slots.rows)), prefix=prefix)
         self.stats["steps"] += 1
         tokens, lps = self.forward.draw(rows, logits, slots.row_sampling(rows))
         for i, tok in zip(live, tokens):

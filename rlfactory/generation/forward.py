@@ -19,6 +19,7 @@ from rlfactory.generation.decode_graph import static_mask_plan
 from rlfactory.generation.kv_cache import cache_kwarg
 from rlfactory.generation.rows import Row
 from rlfactory.generation.sampling import RowSampling, sample, seeded_uniforms
+from rlfactory.generation.shared_prefix import PrefixStep
 
 
 def to_host(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int], list[float]]:
@@ -50,6 +51,14 @@ class Forward:
         None when the model's attention kernel takes only 2D padding masks (flash, flex)."""
         return self._plans()[2]
 
+    def reads_prefix_once(self) -> bool:
+        """Whether eager decode steps can read a shared prefix block once for all rows holding it
+        (shared_prefix.py): on the CPU (where attention is bound by reading the cache), for
+        full-attention models run by rlfactory's sdpa attention (gqa_attention.py)."""
+        config = getattr(self.model(), "config", None)
+        return (self.device.type == "cpu" and self.mask_plan() is None and gqa_attention.installed()
+                and getattr(config, "_attn_implementation", None) == "sdpa")
+
     def _plans(self) -> tuple[int, MaskPlan | None, MaskPlan | None]:
         model = self.model()
         if self._plan is None or self._plan[0] != id(model):
@@ -59,12 +68,16 @@ class Forward:
 
     def logits(self, rows: list[Row], input_ids: torch.Tensor, mask: torch.Tensor | dict[str, torch.Tensor],
                pos: torch.Tensor, cache: DynamicCache, keep: torch.Tensor | None = None,
-               pixels: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+               pixels: dict[str, torch.Tensor] | None = None, prefix: PrefixStep | None = None) -> torch.Tensor:
         """The rows' next-token logits [len(rows), V] after one forward writing into `cache`
-        (`pixels`: the images of an image prefill, vision.py; `pos` is then [3, B, q])."""
+        (`pixels`: the images of an image prefill, vision.py; `pos` is then [3, B, q]; `prefix`: a
+        decode step's shared prefix block, read once by the attention, shared_prefix.py)."""
         model = self.model()
+        extra = dict(pixels or {})
+        if prefix is not None:
+            extra["shared_prefix"] = prefix
         out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, **cache_kwarg(model, cache),
-                    use_cache=True, logits_to_keep=1, **(pixels or {}))
+                    use_cache=True, logits_to_keep=1, **extra)
         return self.process(rows, out.logits[:, -1, :], keep)
 
     def process(self, rows: list[Row], logits: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:

@@ -11,6 +11,10 @@ query axis, [B, H, 1, D] -> [B, Hkv, G, D] (a view), attended against K/V [B, Hk
 are, with the row's mask [B, 1, 1, L] broadcast over heads and group. Every score is the same dot
 product as before, so the output is the same (transformers >= 5.23 does this itself as `pack_gqa`).
 
+A decode step may also pass `shared_prefix` (a shared_prefix.PrefixStep: the columns most rows'
+caches start with, held once); one-token steps then read those columns once for all rows
+(shared_prefix.prefix_decode_attention).
+
 `install()` registers `gqa_sdpa_attention` as transformers' "sdpa" attention (AttentionInterface),
 once per process. Everything it does not handle (more than one query token: prefill and training;
 per-head masks, dropout, position bias, torch.compile tracing) goes to transformers' own
@@ -26,6 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from rlfactory.generation.shared_prefix import prefix_decode_attention
+
 log = logging.getLogger(__name__)
 
 _ORIGINAL: Any = None  # transformers' sdpa function, set by install()
@@ -36,6 +42,18 @@ def packable(module: Any, query: torch.Tensor, attention_mask: torch.Tensor | No
     """Whether this call is one query token per row on a GQA layer with a mask shared by all heads."""
     groups = int(getattr(module, "num_key_value_groups", 1) or 1)
     if groups <= 1 or query.shape[2] != 1 or dropout:
+        return False
+    if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[1] != 1):
+        return False
+    if kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None or kwargs.get("output_attentions"):
+        return False
+    return not torch.compiler.is_compiling()
+
+
+def prefix_readable(module: Any, query: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float,
+                    kwargs: dict[str, Any]) -> bool:
+    """Whether this call can read a shared prefix once: `packable`'s conditions but GQA itself."""
+    if query.shape[2] != 1 or dropout or getattr(module, "layer_idx", None) is None:
         return False
     if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[1] != 1):
         return False
@@ -61,7 +79,12 @@ def packed_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch
 def gqa_sdpa_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                        is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers' sdpa attention, with one-token GQA steps run without copying K/V per query head."""
+    """transformers' sdpa attention, with one-token GQA steps run without copying K/V per query head
+    (and reading a shared prefix once when the step passes `shared_prefix`)."""
+    prefix = kwargs.pop("shared_prefix", None)
+    if prefix is not None and prefix_readable(module, query, attention_mask, dropout, kwargs):
+        k, v = prefix.kv[module.layer_idx]
+        return prefix_decode_attention(query, key, value, attention_mask, scaling, k, v, prefix.own), None
     if packable(module, query, attention_mask, dropout, kwargs):
         return packed_decode_attention(query, key, value, attention_mask, scaling), None
     return _original()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,

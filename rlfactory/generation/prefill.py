@@ -22,6 +22,7 @@ from rlfactory.generation.forward import Forward
 from rlfactory.generation.kept import KeptCaches
 from rlfactory.generation.kv_cache import RowKV, cache_kwarg, cache_of_rows, new_cache, take_row
 from rlfactory.generation.rows import Row
+from rlfactory.generation.shared_prefix import SharedPrefix, common_length
 from rlfactory.generation.slots import Slots
 from rlfactory.generation.stops import StopCheck
 from rlfactory.generation.vision import VisionPrefill, pixel_kwargs
@@ -210,20 +211,19 @@ class Prefill:
 
     def _share_prefix(self, pasts: list[RowKV | None], news: list[list[int]]) -> None:
         """Rows without a kept cache that start with the same ids (a shared system prompt, the
-        n samples of one prompt) get that common prefix computed once, by a one-row forward."""
+        n samples of one prompt) get that common prefix computed once, by a one-row forward. Where
+        decode steps read a shared block once (shared_prefix.py), the first such prefix becomes the
+        decode cache's block, and later rows that start with its ids take it as their past."""
         fresh = [i for i, p in enumerate(pasts) if p is None]
+        if fresh and self.slots.prefix is not None:
+            self._from_block(fresh, pasts, news)
+            fresh = [i for i in fresh if pasts[i] is None]
         if len(fresh) < 2:
             return
         first = news[fresh[0]]
-        common = min(len(news[i]) for i in fresh) - 1  # each row keeps >= 1 id to prefill
-        image_id = getattr(self.forward.model().config, "image_token_id", None)
-        if image_id is not None and image_id in first[:common]:
-            common = first.index(image_id)  # text positions are 1-D up to the first image only
+        common = self._text_prefix(first, min(len(news[i]) for i in fresh) - 1)  # each row keeps >= 1 id to prefill
         for i in fresh[1:]:
-            row, k = news[i], 0
-            while k < common and row[k] == first[k]:
-                k += 1
-            common = k
+            common = common_length(news[i][:common], first)
         if common < self.min_shared_prefix:
             return
         ids = torch.tensor([first[:common]], dtype=torch.long, device=self.device)
@@ -232,5 +232,29 @@ class Prefill:
         model(input_ids=ids, **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1)
         shared = take_row(cache, 0, torch.arange(common, device=self.device))
         self.stats["shared_prefix_tokens"] += common * (len(fresh) - 1)
+        if self.slots.prefix is None and self.forward.reads_prefix_once():
+            self.slots.prefix = SharedPrefix(tuple(first[:common]), shared)
         for i in fresh:
             pasts[i], news[i] = shared, news[i][common:]
+
+    def _from_block(self, fresh: list[int], pasts: list[RowKV | None], news: list[list[int]]) -> None:
+        """Fresh rows that start with the decode cache's shared block take it as their past. A row
+        sharing at least half of it (and min_shared_prefix ids) cuts the block to what they share
+        (every row holding the block holds its start): the first rows' common prefix runs a few ids
+        into their questions ("Task "), which the next rows may not share."""
+        for i in fresh:
+            block = self.slots.prefix
+            n = common_length(block.ids, news[i][: self._text_prefix(news[i], len(news[i]) - 1)])
+            if n < block.length:
+                if n < max(self.min_shared_prefix, block.length // 2):
+                    continue
+                block = self.slots.prefix = block.cut(n)
+            pasts[i], news[i] = block.kv, news[i][n:]
+            self.stats["shared_prefix_tokens"] += n
+
+    def _text_prefix(self, ids: list[int], n: int) -> int:
+        """How many of `ids`' first n can be shared: text positions are 1-D up to the first image only."""
+        image_id = getattr(self.forward.model().config, "image_token_id", None)
+        if image_id is not None and image_id in ids[:n]:
+            return ids.index(image_id)
+        return n

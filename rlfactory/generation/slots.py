@@ -19,6 +19,7 @@ from rlfactory.generation.kv_cache import RowKV, SlotCache
 from rlfactory.generation.kept import KeptCaches
 from rlfactory.generation.rows import Row
 from rlfactory.generation.sampling import RowSampling
+from rlfactory.generation.shared_prefix import PrefixStep, SharedPrefix
 
 
 class Slots:
@@ -38,9 +39,13 @@ class Slots:
         self.rows: list[Row | None] = []  # per slot; trailing free slots are dropped
         self.length: list[int] = []  # tokens in the cache, per slot
         self.last: list[int] = []  # sampled token not yet fed, per slot
+        self.holds: list[bool] = []  # per slot: its columns [0, P) are `prefix`'s, bit for bit
+        self.prefix: SharedPrefix | None = None
+        """The shared prefix block decode steps read once (shared_prefix.py; set by the prefill)."""
         self.version = 0  # bumped whenever a slot changes hands
         self._sampling: tuple[int, RowSampling] | None = None
         self._keep_rows: tuple[int, torch.Tensor | None] | None = None
+        self._prefix_step: tuple[int, SharedPrefix | None, PrefixStep | None] | None = None
         self._cache_key: tuple | None = None  # (model, dtype, device) the cache's buffers were made for
 
     @property
@@ -53,12 +58,14 @@ class Slots:
     def reset(self) -> None:
         """Drop the rows (the cache's buffers stay: the next rows write their columns before
         anything reads them)."""
-        self.rows, self.length, self.last, self._sampling, self._keep_rows = [], [], [], None, None
+        self.rows, self.length, self.last, self.holds = [], [], [], []
+        self._sampling = self._keep_rows = self._prefix_step = None
 
     def release(self) -> None:
-        """Drop the rows and the cache's buffers."""
+        """Drop the rows, the cache's buffers and the shared prefix block."""
         self.reset()
         self.cache = None
+        self.prefix = None
 
     def stale(self) -> bool:
         """True when the batch is empty and the cache's buffers were made for another model (or
@@ -77,6 +84,7 @@ class Slots:
             self.rows.append(None)
             self.length.append(0)
             self.last.append(self.pad_id)
+            self.holds.append(False)
         c = self.cache
         if slot >= c.slots or need > c.columns:  # grow geometrically: copies stay rare
             # Doubling (not 1.5x): a multi-turn rollout's contexts grow every turn, and each growth
@@ -103,6 +111,7 @@ class Slots:
         if past:
             self.cache.place(slot, past)
         self.rows[slot], self.length[slot], self.last[slot] = row, n, self.pad_id
+        self.holds[slot] = self.prefix is not None and self.prefix.holds(past)
         return slot
 
     def admit(self, row: Row, kv: RowKV, token: int, expected: int = 8) -> None:
@@ -110,14 +119,14 @@ class Slots:
         n = kv[0][0].shape[1]
         slot = self.claim(n + row.req.max_new_tokens + 1, expected)
         self.cache.place(slot, kv)
-        self.rows[slot], self.length[slot], self.last[slot] = row, n, token
+        self.rows[slot], self.length[slot], self.last[slot], self.holds[slot] = row, n, token, False
 
     def end(self, slot: int, kept: KeptCaches) -> None:
         """Free a finished row's slot, keeping its cache when its request names a session."""
         row = self.rows[slot]
         if row is not None and row.req.session is not None:
             kept.keep(row, self.cache.take(slot, self.length[slot]))
-        self.rows[slot], self.length[slot], self.last[slot] = None, 0, self.pad_id
+        self.rows[slot], self.length[slot], self.last[slot], self.holds[slot] = None, 0, self.pad_id, False
 
     def tidy(self) -> None:
         """Drop trailing free slots; when more than `idle_share` of the rest are free, move the last
@@ -136,6 +145,7 @@ class Slots:
             self.version += 1
             self.stats["moved_rows"] += 1
             self.rows[dst], self.length[dst], self.last[dst] = self.rows[src], self.length[src], self.last[src]
+            self.holds[dst], self.holds[src] = self.holds[src], False
             self.rows[src] = None
             self._drop_free_tail()
 
@@ -146,6 +156,20 @@ class Slots:
         if self._keep_rows is None or self._keep_rows[0] != self.version:
             self._keep_rows = (self.version, torch.tensor(live, device=self.device))
         return self._keep_rows[1]
+
+    def prefix_step(self, n: int) -> PrefixStep | None:
+        """How a decode step over the first n slots reads the shared prefix once (shared_prefix.py),
+        or None: no block, or fewer than half of the slots hold it (then the other rows' own
+        prefix reads, gathered, would cost more than the one read saves). Rebuilt when rows change."""
+        cached = self._prefix_step
+        if cached is None or cached[0] != self.version or cached[1] is not self.prefix:
+            step = None
+            if self.prefix is not None:
+                own = [i for i in range(n) if not self.holds[i]]
+                if 2 * len(own) <= n:
+                    step = PrefixStep(self.prefix.kv, torch.tensor(own, device=self.device) if own else None)
+            self._prefix_step = (self.version, self.prefix, step)
+        return self._prefix_step[2]
 
     def row_sampling(self, rows: list[Row]) -> RowSampling:
         """The live rows' sampling settings as tensors, rebuilt only when the rows changed."""
@@ -160,4 +184,4 @@ class Slots:
 
     def _drop_free_tail(self) -> None:
         while self.rows and self.rows[-1] is None:
-            del self.rows[-1], self.length[-1], self.last[-1]
+            del self.rows[-1], self.length[-1], self.last[-1], self.holds[-1]
