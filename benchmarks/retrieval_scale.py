@@ -11,8 +11,8 @@ build figures printed are the saved ones), so a quiet window is spent on the lat
 Per size: index build time and peak RSS (the `rlfactory index` process; for the baseline, its
 server's start-up, which builds the index), index size on disk, the server's RSS after the queries,
 and top-3 search over HTTP (`POST /retrieve`, one query a request) at 64 concurrent requests:
-p50/p99 latency, queries/s and the CPU time a query of the server and of the client (which runs on
-the same CPU, so its CPU is the server's loss); plus in-process search latency (no HTTP). Each is
+p50/p99 latency, queries/s and the CPU time a query of the server and of the client after the
+warm-up (the client runs on the same CPU, so its CPU is the server's loss); plus in-process search latency (no HTTP). Each is
 measured for this server and for the server before issue 33's latency work (benchmarks/
 retriever_before.py: a thread hand-off a request, no MaxScore pruning) on the same index, with
 ratios; `--clients httpx,aiohttp,tool` repeats the HTTP runs with each load generator (tool: the search
@@ -36,7 +36,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import numpy as np
@@ -104,17 +104,19 @@ class LoadResult:
     latencies: list[float]  # seconds, of the requests answered
     wall_s: float
     errors: list[str]  # one line a failed request (warm-up included), in order
-    http_requests: int | None = None  # with the tool's client: the HTTP requests its calls went in
+    http_requests: int | None = None  # with the tool's client: the HTTP requests its calls went in (timed part)
 
 
-async def load_test(url: str, queries: list[str], concurrency: int, client: str = "httpx") -> LoadResult:
+async def load_test(url: str, queries: list[str], concurrency: int, client: str = "httpx",
+                    on_start: Callable[[], None] = lambda: None) -> LoadResult:
     """Each query a request (`POST /retrieve`, top 3), `concurrency` in flight; the latencies and the wall
     time. `client`: httpx (the benchmark's client since it was written), aiohttp (less CPU a request,
     which matters here: the client runs on the server's 2 cores) or tool (the search tool's client,
     rlfactory.envs.search.mcp_server.RetrieveClient: the same one-query calls, those in flight
     together sent as one request, as a rollout's search calls reach the retriever). A request that fails (the connection
     closed under it, an error status, a wrong answer) is one line in `errors` and the run goes on: a
-    benchmark that stops at the first failure loses the run's other rows."""
+    benchmark that stops at the first failure loses the run's other rows. `on_start()` is called when
+    the warm-up is over and the timed queries begin."""
     sem = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
     errors: list[str] = []
@@ -165,9 +167,11 @@ async def load_test(url: str, queries: list[str], concurrency: int, client: str 
 
         await asyncio.gather(*(one(q) for q in queries[:50]))  # warm-up: pages the index in
         latencies.clear()
+        sent = tool.requests if client == "tool" else 0
+        on_start()
         t0 = time.perf_counter()
         await asyncio.gather(*(one(q) for q in queries))
-        return LoadResult(latencies, time.perf_counter() - t0, errors, tool.requests if client == "tool" else None)
+        return LoadResult(latencies, time.perf_counter() - t0, errors, tool.requests - sent if client == "tool" else None)
 
 
 def cpu_s(pid: int | None = None) -> float:
@@ -206,9 +210,10 @@ def serve_and_query(cmd: list[str], port: int, queries: list[str], concurrency: 
         wait_up(proc, url, startup_s, log)
         up_s = time.perf_counter() - t0
         rss_loaded = rss_mb(proc.pid)
-        server0, client0 = cpu_s(proc.pid), cpu_s()
-        run = asyncio.run(load_test(url, queries, concurrency, client))
+        cpu0: list[float] = []  # server's and client's CPU once the warm-up is over (it loads numba's kernel)
+        run = asyncio.run(load_test(url, queries, concurrency, client, lambda: cpu0.extend((cpu_s(proc.pid), cpu_s()))))
         server1, client1 = cpu_s(proc.pid), cpu_s()
+        server0, client0 = cpu0
         rss_after = rss_mb(proc.pid)
     finally:
         proc.terminate()
@@ -218,7 +223,7 @@ def serve_and_query(cmd: list[str], port: int, queries: list[str], concurrency: 
     if not run.latencies:
         raise RuntimeError(f"every request failed ({run.errors[0]}); server's stderr: {server_log[-20:]}")
     lat_ms = sorted(x * 1000 for x in run.latencies)
-    n = len(queries) + min(50, len(queries))  # with the warm-up
+    n = len(queries)  # the timed ones (the warm-up's CPU is not counted)
     return {"startup_s": up_s, "rss_loaded_mb": rss_loaded, "rss_mb": rss_after,
             "p50_ms": statistics.median(lat_ms), "p99_ms": lat_ms[int(0.99 * (len(lat_ms) - 1))],
             "qps": len(run.latencies) / run.wall_s, "server_cpu_ms": (server1 - server0) / n * 1000,
