@@ -14,6 +14,7 @@
 #   gpu_memory on qwen3-0.6b.
 # rerun (<= 420 s): the GPU tests (not the compile one), the gpu_memory table.
 # async (<= 250 s): benchmarks/async_train.py (issue 27's rerun; results/async_train_gpu.txt).
+# compile (<= 420 s): gpu_train with trainer.kernels.compile off and on in one process; the compile test.
 # full (<= 8 min, 470 s): gpu_train's default workload with both frameworks (kernels on) and the
 #   kernels-off rlfactory baseline in the same run; the qwen3-4b rlfactory MFU; the gpu_memory
 #   table; then every GPU test file in the time left (benchmarks/async_train.py's GPU run does not
@@ -33,7 +34,7 @@
 # (12 MiB; each one's Requires-Dist is on the machine's list in /work/.library/device/KINDS.md or here.)
 set -u
 MODE=${1:-probe}
-case "$MODE" in probe|full|rerun|async) ;; *) echo "usage: $0 probe|full|rerun|async" >&2; exit 2 ;; esac
+case "$MODE" in probe|full|rerun|async|compile) ;; *) echo "usage: $0 probe|full|rerun|async|compile" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu34-out}
 mkdir -p "$OUT"
@@ -112,6 +113,15 @@ elif [ "$MODE" = async ]; then
   # issue 27's rerun of async_train.py on the GPU (its committed run: results/async_train_gpu.txt)
   BUDGET=250
   part async_train 240 $PY benchmarks/async_train.py
+elif [ "$MODE" = compile ]; then
+  # trainer.kernels.compile measured (issue 34: "torch.compile of the update where it helps, measured"):
+  # gpu_train's default workload, kernels on, without and with compile in one process; then the
+  # compile test with room for inductor's first compile
+  BUDGET=420
+  part gpu_train_compile 260 $PY benchmarks/gpu_train.py --frameworks rlfactory,rlfactory-compile \
+    --json "$OUT/gpu_train_compile.json"
+  part compile_test $(( $(left) > 60 ? $(left) : 60 )) $PY -m pytest -v -s -rfE --tb=short -p no:cacheprovider \
+    --timeout 150 tests/train/test_train_fused_head_gpu.py::test_gpu_compile_gives_the_same_logprobs
 else
   # the measurements first, then the tests in what is left of the 520 s
   BUDGET=520

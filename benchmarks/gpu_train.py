@@ -139,7 +139,8 @@ def train_kernels(policy, device: torch.device, setting: str):
     from rlfactory.train.kernels import apply_liger, resolve_kernels
     from rlfactory.train.logprobs import decoder_and_head
 
-    cfg = KernelsConfig() if setting == "auto" else KernelsConfig(liger="off", fused_head="off", packed="off")
+    cfg = {"auto": KernelsConfig(), "compile": KernelsConfig(compile=True),
+           "off": KernelsConfig(liger="off", fused_head="off", packed="off")}[setting]
     decoder, head = decoder_and_head(policy)
     kernels = resolve_kernels(cfg, policy, decoder, head, device)
     if kernels.liger:
@@ -308,7 +309,7 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--completion-len", type=int, default=256)
     p.add_argument("--steps", type=int, default=5, help="steps per framework (the first is warm-up)")
-    p.add_argument("--frameworks", default="rlfactory,trl", help="rlfactory, trl, rlfactory-plain (kernels off)")
+    p.add_argument("--frameworks", default="rlfactory,trl", help="rlfactory, trl, rlfactory-plain (kernels off), rlfactory-compile (kernels on + compile)")
     p.add_argument("--model", default="qwen3-0.6b", help="architecture (rlfactory.tiny.architectures)")
     p.add_argument("--kernels", choices=("auto", "off"), default="auto",
                    help="rlfactory's trainer.kernels: auto (its defaults) or off (the plain path)")
@@ -359,24 +360,26 @@ def main() -> None:
             runs[name] = run_rlfactory(source, ids, a, device, a.kernels)
         elif name == "rlfactory-plain":
             runs[name] = run_rlfactory(source, ids, a, device, "off", label=name)
+        elif name == "rlfactory-compile":
+            runs[name] = run_rlfactory(source, ids, a, device, "compile", label=name)
         elif name == "trl":
             runs[name] = run_trl(source, tok, texts, a, device)
         else:
-            raise SystemExit(f"unknown framework {name!r} (rlfactory, trl, rlfactory-plain)")
+            raise SystemExit(f"unknown framework {name!r} (rlfactory, trl, rlfactory-plain, rlfactory-compile)")
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
         print(f"  {name}: {time.perf_counter() - t0:.0f}s", file=sys.stderr)
     figures = {name: summary(run) for name, run in runs.items()}
-    print(f"\n{'':28s}" + "".join(f"{n:>16s}" for n in figures))
-    for label, key, fmt in (("rollout tokens/s", "gen_tok_s", "{:16.0f}"), ("training tokens/s", "train_tok_s", "{:16.0f}"),
-                            ("GRPO step (s)", "step_s", "{:16.2f}")):
+    print(f"\n{'':28s}" + "".join(f"{n:>18s}" for n in figures))
+    for label, key, fmt in (("rollout tokens/s", "gen_tok_s", "{:18.0f}"), ("training tokens/s", "train_tok_s", "{:18.0f}"),
+                            ("GRPO step (s)", "step_s", "{:18.2f}")):
         print(f"{label:28s}" + "".join(fmt.format(f[key]) for f in figures.values()))
     out = {"figures": figures, "peak": peak_note, "device": str(device), "model": a.model,
            "kernels": {n: r["kernels"] for n, r in runs.items() if "kernels" in r}}
     target = 30 if a.model == "qwen3-0.6b" else 40
     print()
-    for name in ("rlfactory", "rlfactory-plain"):
+    for name in ("rlfactory", "rlfactory-plain", "rlfactory-compile"):
         if name not in runs:
             continue
         achieved = runs[name]["train_flops"] / figures[name]["train_s"]
@@ -391,6 +394,11 @@ def main() -> None:
         out["kernels_ratios"] = {"training": rf["train_tok_s"] / plain["train_tok_s"], "step": plain["step_s"] / rf["step_s"]}
         print(f"kernels on vs off (same run): training tokens/s {out['kernels_ratios']['training']:.2f}x; "
               f"GRPO step {out['kernels_ratios']['step']:.2f}x")
+    if "rlfactory" in figures and "rlfactory-compile" in figures:
+        rf, comp = figures["rlfactory"], figures["rlfactory-compile"]
+        out["compile_ratios"] = {"training": comp["train_tok_s"] / rf["train_tok_s"], "step": rf["step_s"] / comp["step_s"]}
+        print(f"trainer.kernels.compile on vs off (same run, steps after the first): training tokens/s "
+              f"{out['compile_ratios']['training']:.2f}x; GRPO step {out['compile_ratios']['step']:.2f}x")
     if "rlfactory" in figures and "trl" in figures:
         rf, trl = figures["rlfactory"], figures["trl"]
         ratios = {"step": trl["step_s"] / rf["step_s"], "rollout": rf["gen_tok_s"] / trl["gen_tok_s"],
