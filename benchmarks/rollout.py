@@ -283,7 +283,9 @@ def report_cell(runs) -> dict:
               f"{results[LOCKSTEP][2].get('cache_grows', 0)}; event-loop CPU {results[ENGINE][2]['loop_cpu_s']:.2f} s / "
               f"{results[LOCKSTEP][2]['loop_cpu_s']:.2f} s (in the engine it shares the GIL with generation); "
               f"admission waits {results[ENGINE][2].get('admission_waits', 0)} ({results[ENGINE][2].get('admission_wait_s', 0):.2f} s) / "
-              f"{results[LOCKSTEP][2].get('admission_waits', 0)} ({results[LOCKSTEP][2].get('admission_wait_s', 0):.2f} s)")
+              f"{results[LOCKSTEP][2].get('admission_waits', 0)} ({results[LOCKSTEP][2].get('admission_wait_s', 0):.2f} s); "
+              f"decode steps reading the shared prefix once {results[ENGINE][2].get('prefix_steps', 0)} / "
+              f"{results[LOCKSTEP][2].get('prefix_steps', 0)}")
     print(f"  ({load()})", flush=True)
     return results | {"_timeouts": timeouts, "_calls": n_calls}
 

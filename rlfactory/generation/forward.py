@@ -19,7 +19,7 @@ from rlfactory.generation.decode_graph import static_mask_plan
 from rlfactory.generation.kv_cache import cache_kwarg
 from rlfactory.generation.rows import Row
 from rlfactory.generation.sampling import RowSampling, sample, seeded_uniforms
-from rlfactory.generation.shared_prefix import PrefixStep
+from rlfactory.generation.shared_prefix import CPU_FLASH, PrefixStep
 
 
 def to_host(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[int], list[float]]:
@@ -56,8 +56,8 @@ class Forward:
         (shared_prefix.py): on the CPU (where attention is bound by reading the cache), for
         full-attention models run by rlfactory's sdpa attention (gqa_attention.py)."""
         config = getattr(self.model(), "config", None)
-        return (self.device.type == "cpu" and self.mask_plan() is None and gqa_attention.installed()
-                and getattr(config, "_attn_implementation", None) == "sdpa")
+        return (self.device.type == "cpu" and CPU_FLASH is not None and self.mask_plan() is None
+                and gqa_attention.installed() and getattr(config, "_attn_implementation", None) == "sdpa")
 
     def _plans(self) -> tuple[int, MaskPlan | None, MaskPlan | None]:
         model = self.model()

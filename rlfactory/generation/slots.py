@@ -19,7 +19,7 @@ from rlfactory.generation.kv_cache import RowKV, SlotCache
 from rlfactory.generation.kept import KeptCaches
 from rlfactory.generation.rows import Row
 from rlfactory.generation.sampling import RowSampling
-from rlfactory.generation.shared_prefix import PrefixStep, SharedPrefix
+from rlfactory.generation.shared_prefix import MIN_ROWS, PrefixStep, SharedPrefix
 
 
 class Slots:
@@ -42,6 +42,7 @@ class Slots:
         self.holds: list[bool] = []  # per slot: its columns [0, P) are `prefix`'s, bit for bit
         self.prefix: SharedPrefix | None = None
         """The shared prefix block decode steps read once (shared_prefix.py; set by the prefill)."""
+        self.min_prefix_rows = MIN_ROWS  # fewest slots holding it for a step to read it once
         self.version = 0  # bumped whenever a slot changes hands
         self._sampling: tuple[int, RowSampling] | None = None
         self._keep_rows: tuple[int, torch.Tensor | None] | None = None
@@ -159,14 +160,14 @@ class Slots:
 
     def prefix_step(self, n: int) -> PrefixStep | None:
         """How a decode step over the first n slots reads the shared prefix once (shared_prefix.py),
-        or None: no block, or fewer than half of the slots hold it (then the other rows' own
-        prefix reads, gathered, would cost more than the one read saves). Rebuilt when rows change."""
+        or None: no block, fewer than `min_prefix_rows` slots hold it, or fewer than half (then the other rows'
+        own prefix reads, gathered, would cost more than the one read saves). Rebuilt when rows change."""
         cached = self._prefix_step
         if cached is None or cached[0] != self.version or cached[1] is not self.prefix:
             step = None
             if self.prefix is not None:
                 own = [i for i in range(n) if not self.holds[i]]
-                if 2 * len(own) <= n:
+                if 2 * len(own) <= n and n - len(own) >= self.min_prefix_rows:
                     step = PrefixStep(self.prefix.kv, torch.tensor(own, device=self.device) if own else None)
             self._prefix_step = (self.version, self.prefix, step)
         return self._prefix_step[2]

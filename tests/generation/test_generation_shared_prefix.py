@@ -77,17 +77,25 @@ def requests() -> list[GenRequest]:
     return [GenRequest(p, max_new_tokens=4 + 3 * (i % 4), sampling=GREEDY) for i, p in enumerate(ps)]
 
 
+def generator(model, **kw) -> LocalGenerator:
+    """A generator whose steps read the block once from one holding row on (MIN_ROWS is 16: the
+    tests' batches are smaller)."""
+    gen = LocalGenerator(model, pad_id=0, **kw)
+    gen.loop.slots.min_prefix_rows = 1
+    return gen
+
+
 def run(gen, reqs):
     return asyncio.run(gen.generate(reqs))
 
 
 def test_decode_steps_that_read_the_prefix_once_give_the_same_tokens_and_logprobs(monkeypatch):
     model = tiny_random_lm()
-    on = LocalGenerator(model, pad_id=0, max_batch=4)
+    on = generator(model, max_batch=4)
     got = run(on, requests())
     assert on.stats["prefix_steps"] > 0 and on.stats["shared_prefix_tokens"] > 0
     monkeypatch.setattr(Forward, "reads_prefix_once", lambda self: False)
-    off = LocalGenerator(model, pad_id=0, max_batch=4)
+    off = generator(model, max_batch=4)
     want = run(off, requests())
     assert off.stats["prefix_steps"] == 0 and off.loop.slots.prefix is None
     for req, a, b in zip(requests(), got, want):
@@ -115,7 +123,7 @@ def test_kept_sessions_and_later_rows_hold_the_block_and_a_shorter_share_cuts_it
     Turn 2 of each session holds the block through its kept cache. Every row's tokens are those of
     model.generate, and every decode step with a row holding the block read it once."""
     model = tiny_random_lm()
-    gen = LocalGenerator(model, pad_id=0, max_batch=8)
+    gen = generator(model, max_batch=8)
     loop = asyncio.new_event_loop()
     first = rows(loop, [SYSTEM + [30, 31, 40 + i] for i in range(3)], 5, session="a")
     gen.loop.step(first)
@@ -151,7 +159,7 @@ def test_the_block_is_not_kept_across_a_weight_change():
     """Between rollouts (nothing live, no kept session) the block is dropped: a trainer may have
     changed the weights in place, and a later row must not take the old weights' prefix."""
     model = tiny_random_lm()
-    gen = LocalGenerator(model, pad_id=0)
+    gen = generator(model)
     run(gen, [GenRequest(SYSTEM + [7 + i], max_new_tokens=3, sampling=GREEDY) for i in range(3)])
     assert gen.loop.slots.prefix is not None
     with torch.no_grad():
@@ -172,9 +180,19 @@ def test_a_sliding_window_model_keeps_the_one_pass_attention():
     model = MistralForCausalLM(MistralConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                              max_position_embeddings=512, sliding_window=6)).eval()
-    gen = LocalGenerator(model, pad_id=0)
+    gen = generator(model)
     ps = [SYSTEM + [7 + i] for i in range(3)]
     res = run(gen, [GenRequest(p, max_new_tokens=5, sampling=GREEDY) for p in ps])
     assert gen.stats["shared_prefix_tokens"] > 0 and gen.loop.slots.prefix is None and gen.stats["prefix_steps"] == 0
     for p, r in zip(ps, res):
         assert r.token_ids == reference(model, p, 5)
+
+
+def test_a_step_with_fewer_holding_rows_than_min_rows_reads_the_whole_cache():
+    """Below MIN_ROWS holding rows a second attention call and the merge cost more than they save."""
+    model = tiny_random_lm()
+    gen = LocalGenerator(model, pad_id=0)
+    ps = [SYSTEM + [7 + i] for i in range(3)]
+    res = run(gen, [GenRequest(p, max_new_tokens=4, sampling=GREEDY) for p in ps])
+    assert gen.loop.slots.prefix is not None and gen.stats["prefix_steps"] == 0
+    assert [r.token_ids for r in res] == [reference(model, p, 4) for p in ps]
