@@ -37,29 +37,31 @@ log = logging.getLogger(__name__)
 _ORIGINAL: Any = None  # transformers' sdpa function, set by install()
 
 
-def packable(module: Any, query: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float,
-             kwargs: dict[str, Any]) -> bool:
-    """Whether this call is one query token per row on a GQA layer with a mask shared by all heads."""
-    groups = int(getattr(module, "num_key_value_groups", 1) or 1)
-    if groups <= 1 or query.shape[2] != 1 or dropout:
+def one_token_step(query: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float,
+                   kwargs: dict[str, Any]) -> bool:
+    """Whether this call is one query token per row with a mask shared by all heads, and nothing
+    (dropout, position bias, softcap, returned weights, compile tracing) that only sdpa handles."""
+    if query.shape[2] != 1 or dropout:
         return False
     if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[1] != 1):
         return False
     if kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None or kwargs.get("output_attentions"):
         return False
     return not torch.compiler.is_compiling()
+
+
+def packable(module: Any, query: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float,
+             kwargs: dict[str, Any]) -> bool:
+    """Whether this call is a one-token step (`one_token_step`) on a GQA layer."""
+    groups = int(getattr(module, "num_key_value_groups", 1) or 1)
+    return groups > 1 and one_token_step(query, attention_mask, dropout, kwargs)
 
 
 def prefix_readable(module: Any, query: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float,
                     kwargs: dict[str, Any]) -> bool:
-    """Whether this call can read a shared prefix once: `packable`'s conditions but GQA itself."""
-    if query.shape[2] != 1 or dropout or getattr(module, "layer_idx", None) is None:
-        return False
-    if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[1] != 1):
-        return False
-    if kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None or kwargs.get("output_attentions"):
-        return False
-    return not torch.compiler.is_compiling()
+    """Whether this call can read a shared prefix once: a one-token step of a layer that knows its
+    index (GQA or not)."""
+    return getattr(module, "layer_idx", None) is not None and one_token_step(query, attention_mask, dropout, kwargs)
 
 
 def packed_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
