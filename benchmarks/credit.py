@@ -5,7 +5,8 @@ one shared warm start, with the same budget (steps, prompts, group size), severa
         | tee benchmarks/results/credit.txt
 
 Variants (each is examples/demo.yaml plus the overrides in VARIANTS):
-  grpo          outcome only (the demo as it is): the baseline every ratio is taken against
+  grpo          outcome only (the demo's default until the figures of benchmarks/results/credit.txt
+                made it gigpo): the baseline every ratio is taken against
   turn_grpo+hit turn-discounted returns (turn_gamma 0.95) with a retrieval-hit process reward
                 (a search turn whose results contain the reference answer, weight 0.3)
   gigpo         GiGPO (Feng et al. 2025): episode-level GRPO plus the step-level advantage within
@@ -43,9 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "demo.yaml"
 HIT = "reward.turn_terms={retrieval_hit: 0.3}"
 VARIANTS: dict[str, list[str]] = {
-    "grpo": [],
+    "grpo": ["algo.advantage=grpo"],
     "turn_grpo+hit": ["algo.advantage=turn_grpo", "algo.turn_gamma=0.95", HIT],
-    "gigpo": ["algo.advantage=gigpo", "algo.turn_gamma=0.95"],
+    "gigpo": ["algo.advantage=gigpo", "algo.turn_gamma=0.95"],  # the demo's default now
     "turn_loo+hit": ["algo.advantage=turn_loo", "algo.turn_gamma=0.95", HIT],
 }
 SMOKE = ["env.options.n_train_entities=60", "env.options.n_test_entities=10", "sft.demos=32", "sft.steps=4",
