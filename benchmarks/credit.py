@@ -94,7 +94,7 @@ def print_report(results: dict[str, dict[int, dict[str, Any]]], file=sys.stdout)
         for seed, r in seeds.items():
             print(f"{name:14s}{seed:5d}" + "".join(f"{_fmt(k, r[k]):>14s}" for k in FIGURES), file=file)
     base = results.get("grpo")
-    print("\nmean over seeds (spread: max - min); ratio to grpo's mean in this run", file=file)
+    print("\nmean over seeds (± half the spread: (max - min) / 2); ratio to grpo's mean in this run", file=file)
     for name, seeds in results.items():
         cells = []
         for k in FIGURES:
