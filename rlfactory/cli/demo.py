@@ -135,6 +135,7 @@ async def run_demo(cfg: RunConfig, out: Path, eval_limit: int | None) -> dict[st
     from rlfactory.cli.common import train_from
     from rlfactory.cli.sft import run_sft
     from rlfactory.envs.registry import env_from_config
+    from rlfactory.generation.heap import give_back_freed_memory
     from rlfactory.tiny import resolve_model
 
     times: dict[str, float] = {}
@@ -146,6 +147,7 @@ async def run_demo(cfg: RunConfig, out: Path, eval_limit: int | None) -> dict[st
     t = time.perf_counter()
     cfg.sft.out = str(out / "sft")
     await run_sft(cfg)
+    give_back_freed_memory()  # the phase's freed temporaries, before the next (generation/heap.py)
     warm = str(out / "sft" / "model")
     times["warm start (sft)"] = time.perf_counter() - t
 
@@ -161,6 +163,7 @@ async def run_demo(cfg: RunConfig, out: Path, eval_limit: int | None) -> dict[st
 
     t = time.perf_counter()
     history, trained = await train_from(cfg, warm, out / "grpo")
+    give_back_freed_memory()
     times["grpo"] = time.perf_counter() - t
 
     t = time.perf_counter()

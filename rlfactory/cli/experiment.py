@@ -68,6 +68,7 @@ async def run_experiment(cfg: RunConfig, out: Path, eval_limit: int | None) -> d
     from rlfactory.cli.eval import evaluate_model
     from rlfactory.cli.common import train_from
     from rlfactory.cli.sft import run_sft
+    from rlfactory.generation.heap import give_back_freed_memory
 
     times: dict[str, float] = {}
     stages: dict[str, dict[str, float]] = {}
@@ -75,6 +76,7 @@ async def run_experiment(cfg: RunConfig, out: Path, eval_limit: int | None) -> d
     async def evaluate(name: str, model: str) -> None:
         t = time.perf_counter()
         report = await evaluate_model(cfg.model_copy(deep=True), model, "test", limit=eval_limit)
+        give_back_freed_memory()  # each phase's freed temporaries, before the next phase (generation/heap.py)
         times[f"eval {name}"] = time.perf_counter() - t
         stages[name] = summarize(report)
         (out / f"eval_{name.replace(' ', '_')}.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
@@ -86,12 +88,14 @@ async def run_experiment(cfg: RunConfig, out: Path, eval_limit: int | None) -> d
     sft_cfg = cfg.model_copy(deep=True)
     sft_cfg.sft.out = str(out / "sft")
     await run_sft(sft_cfg)
+    give_back_freed_memory()
     warm = str(out / "sft" / "model")
     times["sft"] = time.perf_counter() - t
     await evaluate("warm start", warm)
 
     t = time.perf_counter()
     history, trained = await train_from(cfg, warm, out / "grpo")
+    give_back_freed_memory()
     times["grpo"] = time.perf_counter() - t
     await evaluate("after GRPO", trained)
     result = {"stages": stages, "times_s": times, "sft_steps": cfg.sft.steps, "grpo_steps": len(history),

@@ -15,6 +15,14 @@ So `keep_freed_memory()` fixes the thresholds: blocks under 64 MiB come from the
 to it when freed, and the heap's top is given back only past 512 MiB free. The decode cache's
 buffers (hundreds of MB) stay mmap'd, so `LocalGenerator.free_cache` still returns them to the
 kernel. Process-wide and glibc only: a no-op (returning False) elsewhere.
+
+The price is that a freed block in the middle of the heap stays in the process until the heap's top
+is trimmed: a long process that runs phases of very different shapes one after another (an
+evaluation, then SFT, then another evaluation, as `rlfactory experiment` and `rlfactory demo` do)
+keeps each phase's freed temporaries as fragments the next phase's blocks do not fit. The BFCL
+experiment (SmolLM2-135M, 100 prompts of ~600 tokens) went past 24 GiB so at its second evaluation,
+which alone peaks at 10 GiB. `give_back_freed_memory()` between such phases returns the free pages
+of the whole heap to the kernel (glibc's `malloc_trim(0)`, after a garbage collection).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
 
 M_TRIM_THRESHOLD = -1
@@ -35,16 +44,37 @@ log = logging.getLogger("rlfactory.generation")
 
 
 @functools.lru_cache(maxsize=1)
-def keep_freed_memory() -> bool:
-    """Set glibc's mmap and trim thresholds (once per process); True when they were set."""
+def glibc() -> ctypes.CDLL | None:
+    """The process's C library when it is glibc (whose mallopt parameters and malloc_trim we use)."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        libc.mallopt, libc.malloc_trim  # noqa: B018 (both must exist)
     except (OSError, AttributeError, TypeError):  # not glibc (macOS, musl without mallopt): nothing to tune
         log.debug("no mallopt in %s: the heap thresholds stay the allocator's", name)
-        return False
+        return None
     if not hasattr(libc, "gnu_get_libc_version"):  # another libc's mallopt may take other parameters
+        return None
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    return libc
+
+
+@functools.lru_cache(maxsize=1)
+def keep_freed_memory() -> bool:
+    """Set glibc's mmap and trim thresholds (once per process); True when they were set."""
+    libc = glibc()
+    if libc is None:
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def give_back_freed_memory() -> bool:
+    """Collect garbage, then return every free page of the heap to the kernel (between a long
+    process's phases); True when glibc's malloc_trim ran."""
+    gc.collect()
+    libc = glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True

@@ -57,3 +57,47 @@ def test_cpu_generator_keeps_freed_temporaries_in_the_heap():
     plain, kept = map(int, out.stdout.split()[-2:])
     assert plain >= 48 << 20, plain  # glibc's default: a block this size is mmap'd
     assert kept == 0, kept  # after the generator's setting it comes from the heap
+
+
+FRAGMENTS = textwrap.dedent("""
+    import ctypes, ctypes.util, sys
+    from rlfactory.generation.heap import give_back_freed_memory, keep_freed_memory
+
+    def rss():
+        return int(open("/proc/self/statm").read().split()[1]) * 4096
+
+    assert keep_freed_memory()
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    blocks = []
+    for _ in range(160):  # 160 blocks of 4 MiB with a small live one after each: the heap's top stays in use
+        p = libc.malloc(4 << 20)
+        libc.memset(p, 1, 4 << 20)
+        blocks.append(p)
+        pin = libc.malloc(64)
+    base = rss()
+    for p in blocks:
+        libc.free(p)
+    freed = rss()
+    trim = {trim}
+    if trim:
+        assert give_back_freed_memory()
+    print(base, freed, rss())
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap")
+@pytest.mark.parametrize("trim", [False, True])
+def test_freed_fragments_stay_until_given_back(trim):
+    """Blocks freed in the middle of the heap (a phase's temporaries, with later blocks still live)
+    stay resident under keep_freed_memory's thresholds; give_back_freed_memory returns them."""
+    out = subprocess.run([sys.executable, "-c", FRAGMENTS.format(trim=trim)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    base, freed, after = map(int, out.stdout.split()[-3:])
+    assert freed > base - (64 << 20)  # freeing 640 MiB of fragments gave (almost) nothing back
+    if trim:
+        assert after < freed - (500 << 20), (freed, after)  # malloc_trim(0) returned their pages
+    else:
+        assert after > freed - (64 << 20)
