@@ -213,11 +213,19 @@ class Prefill:
         """Rows without a kept cache that start with the same ids (a shared system prompt, the
         n samples of one prompt) get that common prefix computed once, by a one-row forward. Where
         decode steps read a shared block once (shared_prefix.py), the first such prefix becomes the
-        decode cache's block, and later rows that start with its ids take it as their past."""
+        decode cache's block, and later rows that start with its ids take it as their past. Then
+        each group of rows that shares more than that (the n samples of each of several prompts)
+        gets the rest of its own prefix computed once on top of it (`_share_groups`)."""
         fresh = [i for i, p in enumerate(pasts) if p is None]
         if fresh and self.slots.prefix is not None:
             self._from_block(fresh, pasts, news)
-            fresh = [i for i in fresh if pasts[i] is None]
+        fresh = [i for i, p in enumerate(pasts) if p is None]
+        shared = [i for i, p in enumerate(pasts) if p is not None and p is getattr(self.slots.prefix, "kv", None)]
+        self._share_common(fresh, pasts, news)
+        self._share_groups(fresh + shared, pasts, news)
+
+    def _share_common(self, fresh: list[int], pasts: list[RowKV | None], news: list[list[int]]) -> None:
+        """The prefix common to all rows in `fresh` (no past yet), computed once."""
         if len(fresh) < 2:
             return
         first = news[fresh[0]]
@@ -236,6 +244,47 @@ class Prefill:
             self.slots.prefix = SharedPrefix(tuple(first[:common]), shared)
         for i in fresh:
             pasts[i], news[i] = shared, news[i][common:]
+
+    def _share_groups(self, rows: list[int], pasts: list[RowKV | None], news: list[list[int]]) -> None:
+        """Rows (no kept cache; their past, if any, the prefix they all share) that start their new
+        ids alike, at least min_shared_prefix of them, form a group: GRPO's n samples of a prompt,
+        when a step brings several prompts whose common start is only the system prompt's first
+        line (BFCL's ~600-token prompts each list their own functions: every sample prefilled its
+        prompt in full). Each group's common ids are computed once, by a one-row forward on top of
+        the rows' past, and become every member's past. Text models only: a vision-language
+        model's positions after a past are the model's M-RoPE state, not the cache length, so its
+        rows keep the batch's common prefix alone."""
+        if len(rows) < 2 or getattr(self.forward.model().config, "image_token_id", None) is not None:
+            return
+        groups: list[tuple[list[int], int]] = []  # (members, ids they all share)
+        for i in rows:
+            limit = self._text_prefix(news[i], len(news[i]) - 1)  # each row keeps >= 1 id to prefill
+            best, shared = None, 0
+            for g, (members, n) in enumerate(groups):
+                if pasts[members[0]] is pasts[i]:
+                    m = common_length(news[members[0]][:min(n, limit)], news[i])
+                    # a row joins the group it shares most with, if that keeps at least half of what
+                    # the group shares: two prompts whose function lists start alike stay two groups
+                    if m > shared and m >= max(self.min_shared_prefix, n // 2):
+                        best, shared = g, m
+            if best is None:
+                groups.append(([i], limit))
+            else:
+                groups[best][0].append(i)
+                groups[best] = (groups[best][0], shared)
+        model = self.forward.model()
+        for members, n in groups:
+            if len(members) < 2 or n < self.min_shared_prefix:
+                continue
+            past = pasts[members[0]]
+            cache = cache_of_rows([past])[0] if past else new_cache()
+            width = past[0][0].shape[1] if past else 0
+            ids = torch.tensor([news[members[0]][:n]], dtype=torch.long, device=self.device)
+            model(input_ids=ids, **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1)
+            kv = take_row(cache, 0, torch.arange(width + n, device=self.device))
+            self.stats["shared_prefix_tokens"] += n * (len(members) - 1)
+            for i in members:
+                pasts[i], news[i] = kv, news[i][n:]
 
     def _from_block(self, fresh: list[int], pasts: list[RowKV | None], news: list[list[int]]) -> None:
         """Fresh rows that start with the decode cache's shared block take it as their past. A row

@@ -174,6 +174,12 @@ def test_test_limit_shows_fewer_test_rows_but_training_still_leaves_out_all_of_t
     short = BfclEnv(test_limit=2, train_max_chars=3000).load_split("train")
     assert 0 < len(short) < len(train)
     assert all(len(json.dumps(r["functions"], ensure_ascii=False)) + len(r["question"]) <= 3000 for r in short)
+    capped = BfclEnv(test_limit=2, train_max_chars=3000, train_limits={"live_irrelevance": 7}).load_split("train")
+    by = lambda rows, c: [r["id"] for r in rows if r["category"] == c]  # noqa: E731
+    assert by(capped, "live_irrelevance") == by(short, "live_irrelevance")[:7] and len(by(short, "live_irrelevance")) > 7
+    assert by(capped, "live_simple") == by(short, "live_simple")
+    with pytest.raises(ValueError, match="train_limits names simple_python, not a train category"):
+        BfclEnv(train_limits={"simple_python": 3})
 
 
 def test_solver_gives_the_possible_answer_in_each_style():

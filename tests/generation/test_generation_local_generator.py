@@ -242,6 +242,24 @@ def test_a_common_prefix_is_computed_once_and_changes_nothing():
         assert torch.allclose(torch.tensor(r.logprobs), teacher_forced(model, p, r.token_ids), atol=1e-4)
 
 
+def test_each_group_of_samples_computes_its_own_prompt_once_and_changes_nothing():
+    """Several prompts' samples in one step (GRPO's groups): the batch shares only the system
+    prompt, each group its whole prompt; every group's part is computed once on top of it. Two
+    prompts that start alike past the system prompt (18 ids of their 40) stay two groups."""
+    model = tiny_random_lm()
+    system = [(3 * j) % 250 + 1 for j in range(24)]
+    alike = [(7 * j) % 230 + 5 for j in range(18)]
+    questions = [alike + [(5 * j + k) % 240 + 3 for j in range(22)] for k in (1, 2)]
+    ps = [system + q + t for q in questions for t in ([7], [8, 9], [7])] + [system + [99, 98]]
+    gen = LocalGenerator(model, pad_id=0)
+    res = asyncio.run(gen.generate([GenRequest(p, max_new_tokens=6, sampling=GREEDY) for p in ps]))
+    # the system prompt once for 7 rows, each question once for its 3 rows
+    assert gen.stats["shared_prefix_tokens"] == 24 * 6 + 40 * 2 * 2
+    for p, r in zip(ps, res):
+        assert r.token_ids == reference(model, p, 6)
+        assert torch.allclose(torch.tensor(r.logprobs), teacher_forced(model, p, r.token_ids), atol=1e-4)
+
+
 def test_a_turn_submitted_as_soon_as_the_last_one_returns_joins_the_next_step():
     """A trajectory that sends its next request the moment its previous one returns is prefilled
     at the very next step: the worker lets the event loop run once before admitting (otherwise one

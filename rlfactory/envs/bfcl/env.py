@@ -72,7 +72,9 @@ class BfclEnv(Env):
     `non_live`, `all`), `limit` (entries per category; None: all), `test_limit` (entries per
     category of the test split; default `limit`), `shaping` (weight of each ToolRL-style shaping
     term in the reward; 0), `train_max_chars` (train on entries whose functions (as JSON) and
-    question are at most this many characters; None: all), `family` (unused). The train split
+    question are at most this many characters; None: all), `train_limits` (a mapping from a train
+category to the most of its entries the train split keeps, the first ones, after the size filter:
+the mix GRPO's shuffled passes see; categories not named keep all), `family` (unused). The train split
     leaves out what it shares with the whole of the test categories, whatever `test_limit` shows,
     and takes the categories in turn (its first rows mix them all)."""
 
@@ -82,7 +84,7 @@ class BfclEnv(Env):
     def __init__(self, *, prompt_style: PromptStyle = "tools", test_categories: Any = TEST_CATEGORIES,
                  train_categories: Any = TRAIN_CATEGORIES, limit: int | None = None,
                  test_limit: int | None = None, shaping: float = 0.0, train_max_chars: int | None = None,
-                 family: str | None = None,
+                 train_limits: dict[str, int] | None = None, family: str | None = None,
                  **options: Any) -> None:
         super().__init__(**options)
         if options:
@@ -95,6 +97,11 @@ class BfclEnv(Env):
         self.test_limit = limit if test_limit is None else test_limit
         self.shaping = float(shaping)
         self.train_max_chars = train_max_chars
+        self.train_limits = dict(train_limits or {})
+        unknown = sorted(set(self.train_limits) - set(self.splits["train"]))
+        if unknown:
+            raise ValueError(f"bfcl env: train_limits names {', '.join(unknown)}, not a train category "
+                             f"({', '.join(self.splits['train'])})")
         self._loaded: dict[str, list[dict[str, Any]]] = {}
 
     def load_split(self, split: str) -> list[dict[str, Any]]:
@@ -120,6 +127,11 @@ class BfclEnv(Env):
             print(f"bfcl split: {len(kept)} of {len(rows)} train entries are at most env.options.train_max_chars="
                   f"{self.train_max_chars} characters (functions and question)", file=sys.stderr)
             rows = kept
+        if split == "train" and self.train_limits:
+            rows = _capped(rows, self.train_limits)
+            counts = {c: sum(r["category"] == c for r in rows) for c in self.splits["train"]}
+            print("bfcl split: train entries by category after env.options.train_limits: "
+                  + ", ".join(f"{c} {n}" for c, n in counts.items()), file=sys.stderr)
         return _interleave(rows) if split == "train" else rows
 
     def reset(self, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -174,6 +186,18 @@ def _interleave(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         by_category.setdefault(row["category"], []).append(row)
     queues = list(by_category.values())
     return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+
+def _capped(rows: list[dict[str, Any]], limits: dict[str, int]) -> list[dict[str, Any]]:
+    """Each category's first `limits[category]` rows (all for a category not named), in order."""
+    seen: dict[str, int] = {}
+    kept = []
+    for row in rows:
+        c = row["category"]
+        seen[c] = seen.get(c, 0) + 1
+        if c not in limits or seen[c] <= limits[c]:
+            kept.append(row)
+    return kept
 
 
 def _size(row: dict[str, Any]) -> int:
