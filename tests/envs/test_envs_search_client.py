@@ -83,3 +83,30 @@ def test_an_error_answers_its_own_call_only():
         assert [h["document"]["contents"] for h in hits] == [docs[i]["contents"] for i, _ in want]
         assert [h["score"] for h in hits] == [s for _, s in want]
     assert requests == 4  # the batch's 500, then each query alone
+
+
+def test_a_call_made_as_the_last_sender_stops_is_sent():
+    """The caller answered by a sender's last batch resumes before that sender's task is done with:
+    a call it makes at once must start a sender of its own (it used to wait for the next call, or
+    for its tool timeout)."""
+
+    async def go() -> list:
+        client = RetrieveClient("http://retriever", topk=1)
+
+        async def post(queries):  # the retriever, answering at once
+            client.requests += 1
+            await asyncio.sleep(0)
+            return [[{"document": {"contents": q}, "score": 1.0}] for q in queries]
+
+        client._post = post
+        try:
+            first = await client.search("a")
+            async with asyncio.timeout(5):  # awaited directly: the call is made in this very step
+                second = await client.search("b")
+            return [first, second, client.requests]
+        finally:
+            await client.aclose()
+
+    first, second, requests = asyncio.run(go())
+    assert first[0]["document"]["contents"] == "a" and second[0]["document"]["contents"] == "b"
+    assert requests == 2

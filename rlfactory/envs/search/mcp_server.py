@@ -87,7 +87,6 @@ class RetrieveClient:
         if not self._senders or (len(self._pending) >= self.max_batch and len(self._senders) < self.max_in_flight):
             sender = loop.create_task(self._send())  # runs after this loop pass: the pass's calls join
             self._senders.add(sender)
-            sender.add_done_callback(self._senders.discard)
         return await future
 
     async def _post(self, queries: list[str]) -> list[list[dict[str, Any]]]:
@@ -100,6 +99,17 @@ class RetrieveClient:
         return result
 
     async def _send(self) -> None:
+        try:
+            await self._send_pending()
+        finally:
+            # Leave the set in the same loop step as the last look at _pending: a done-callback ran
+            # a step later, and a call made in between (the answered callers resume first) saw a
+            # sender that had already stopped, started none, and waited for the next call's sender,
+            # or for its tool timeout when no other call came (all of a rollout step's searches
+            # waited 30 s at once).
+            self._senders.discard(asyncio.current_task())
+
+    async def _send_pending(self) -> None:
         while self._pending:
             batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
             results: list[Any]
