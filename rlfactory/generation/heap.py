@@ -21,8 +21,8 @@ is trimmed: a long process that runs phases of very different shapes one after a
 evaluation, then SFT, then another evaluation, as `rlfactory experiment` and `rlfactory demo` do)
 keeps each phase's freed temporaries as fragments the next phase's blocks do not fit. The BFCL
 experiment (SmolLM2-135M, 100 prompts of ~600 tokens) was OOM-killed at 23 GiB entering its second
-evaluation, which run alone peaks at about 9.4 GiB. `give_back_freed_memory()` between such phases returns the free pages
-of the whole heap to the kernel (glibc's `malloc_trim(0)`, after a garbage collection).
+evaluation, which run alone peaks at about 9.4 GiB. `give_back_freed_memory()` between such phases
+returns the free pages of the whole heap to the kernel (glibc's `malloc_trim(0)`, after a garbage collection).
 """
 
 from __future__ import annotations

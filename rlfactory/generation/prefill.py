@@ -216,13 +216,11 @@ class Prefill:
         decode cache's block, and later rows that start with its ids take it as their past. Then
         each group of rows that shares more than that (the n samples of each of several prompts)
         gets the rest of its own prefix computed once on top of it (`_share_groups`)."""
-        fresh = [i for i, p in enumerate(pasts) if p is None]
-        if fresh and self.slots.prefix is not None:
-            self._from_block(fresh, pasts, news)
-        fresh = [i for i, p in enumerate(pasts) if p is None]
-        shared = [i for i, p in enumerate(pasts) if p is not None and p is getattr(self.slots.prefix, "kv", None)]
-        self._share_common(fresh, pasts, news)
-        self._share_groups(fresh + shared, pasts, news)
+        rows = [i for i, p in enumerate(pasts) if p is None]  # the rest continue a kept cache of their own
+        if rows and self.slots.prefix is not None:
+            self._from_block(rows, pasts, news)
+        self._share_common([i for i in rows if pasts[i] is None], pasts, news)
+        self._share_groups(rows, pasts, news)
 
     def _share_common(self, fresh: list[int], pasts: list[RowKV | None], news: list[list[int]]) -> None:
         """The prefix common to all rows in `fresh` (no past yet), computed once."""
@@ -234,11 +232,7 @@ class Prefill:
             common = common_length(news[i][:common], first)
         if common < self.min_shared_prefix:
             return
-        ids = torch.tensor([first[:common]], dtype=torch.long, device=self.device)
-        cache = new_cache()
-        model = self.forward.model()
-        model(input_ids=ids, **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1)
-        shared = take_row(cache, 0, torch.arange(common, device=self.device))
+        shared = self._extend(None, first[:common])
         self.stats["shared_prefix_tokens"] += common * (len(fresh) - 1)
         if self.slots.prefix is None and self.forward.reads_prefix_once():
             self.slots.prefix = SharedPrefix(tuple(first[:common]), shared)
@@ -262,7 +256,8 @@ class Prefill:
             best, shared = None, 0
             for g, (members, n) in enumerate(groups):
                 if pasts[members[0]] is pasts[i]:
-                    m = common_length(news[members[0]][:min(n, limit)], news[i])
+                    head, k = news[members[0]], min(n, limit)
+                    m = k if head[:k] == news[i][:k] else common_length(head[:k], news[i])  # a sample: one C compare
                     # a row joins the group it shares most with, if that keeps at least half of what
                     # the group shares: two prompts whose function lists start alike stay two groups
                     if m > shared and m >= max(self.min_shared_prefix, n // 2):
@@ -270,21 +265,23 @@ class Prefill:
             if best is None:
                 groups.append(([i], limit))
             else:
-                groups[best][0].append(i)
-                groups[best] = (groups[best][0], shared)
-        model = self.forward.model()
+                groups[best] = (groups[best][0] + [i], shared)
         for members, n in groups:
             if len(members) < 2 or n < self.min_shared_prefix:
                 continue
-            past = pasts[members[0]]
-            cache = cache_of_rows([past])[0] if past else new_cache()
-            width = past[0][0].shape[1] if past else 0
-            ids = torch.tensor([news[members[0]][:n]], dtype=torch.long, device=self.device)
-            model(input_ids=ids, **cache_kwarg(model, cache), use_cache=True, logits_to_keep=1)
-            kv = take_row(cache, 0, torch.arange(width + n, device=self.device))
+            kv = self._extend(pasts[members[0]], news[members[0]][:n])
             self.stats["shared_prefix_tokens"] += n * (len(members) - 1)
             for i in members:
                 pasts[i], news[i] = kv, news[i][n:]
+
+    def _extend(self, past: RowKV | None, ids: list[int]) -> RowKV:
+        """The cache of `past` (None: nothing) followed by `ids`, by a one-row forward."""
+        cache = cache_of_rows([past])[0] if past else new_cache()
+        width = past[0][0].shape[1] if past else 0
+        model = self.forward.model()
+        model(input_ids=torch.tensor([ids], dtype=torch.long, device=self.device), **cache_kwarg(model, cache),
+              use_cache=True, logits_to_keep=1)
+        return take_row(cache, 0, torch.arange(width + len(ids), device=self.device))
 
     def _from_block(self, fresh: list[int], pasts: list[RowKV | None], news: list[list[int]]) -> None:
         """Fresh rows that start with the decode cache's shared block take it as their past. A row

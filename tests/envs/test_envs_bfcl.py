@@ -180,6 +180,8 @@ def test_test_limit_shows_fewer_test_rows_but_training_still_leaves_out_all_of_t
     assert by(capped, "live_simple") == by(short, "live_simple")
     with pytest.raises(ValueError, match="train_limits names simple_python, not a train category"):
         BfclEnv(train_limits={"simple_python": 3})
+    with pytest.raises(ValueError, match="an integer >= 0"):
+        BfclEnv(train_limits={"live_irrelevance": "100"})
 
 
 def test_solver_gives_the_possible_answer_in_each_style():

@@ -73,10 +73,10 @@ class BfclEnv(Env):
     category of the test split; default `limit`), `shaping` (weight of each ToolRL-style shaping
     term in the reward; 0), `train_max_chars` (train on entries whose functions (as JSON) and
     question are at most this many characters; None: all), `train_limits` (a mapping from a train
-category to the most of its entries the train split keeps, the first ones, after the size filter:
-the mix GRPO's shuffled passes see; categories not named keep all), `family` (unused). The train split
-    leaves out what it shares with the whole of the test categories, whatever `test_limit` shows,
-    and takes the categories in turn (its first rows mix them all)."""
+    category to the most of its entries the train split keeps, the first ones, after the size
+    filter: the mix GRPO's shuffled passes see; categories not named keep all), `family` (unused).
+    The train split leaves out what it shares with the whole of the test categories, whatever
+    `test_limit` shows, and takes the categories in turn (its first rows mix them all)."""
 
     name = "bfcl"
     max_turns = 1
@@ -102,6 +102,9 @@ the mix GRPO's shuffled passes see; categories not named keep all), `family` (un
         if unknown:
             raise ValueError(f"bfcl env: train_limits names {', '.join(unknown)}, not a train category "
                              f"({', '.join(self.splits['train'])})")
+        bad = {c: n for c, n in self.train_limits.items() if not isinstance(n, int) or isinstance(n, bool) or n < 0}
+        if bad:
+            raise ValueError(f"bfcl env: train_limits takes a count of entries (an integer >= 0) per category, not {bad}")
         self._loaded: dict[str, list[dict[str, Any]]] = {}
 
     def load_split(self, split: str) -> list[dict[str, Any]]:
