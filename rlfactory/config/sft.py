@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import model_validator
+
 from rlfactory.config.base import ConfigPath, Section
 
 
@@ -32,7 +34,24 @@ class SftConfig(Section):
     with `model.path=<out>/model`), the per-step metrics to `<out>/sft_metrics.jsonl`."""
     bf16: bool = False
     """bfloat16 autocast for the forward passes."""
+    group_by_length: bool = True
+    """Split each step's demonstrations into forward/backward passes of similar length
+    (rlfactory/passes.py `plan_micro_batches`, as the RL update does) and sum their gradients: the
+    same step as one padded pass, without computing the padding a short demonstration (a guess)
+    gets beside a long one (several tool results). false = one pass a step."""
+    micro_batch_tokens: int | None = None
+    """At most this many padded token positions in one pass (memory only, not the result); a
+    longer demonstration gets a pass of its own. Needs group_by_length."""
     check_rows: int = 32
     """After training: roll out this many rows of the test split greedily and compare the model's
     tool calls with the demonstrator's (format, calls matched by name and arguments, calls that
     succeeded), printed with advice where they are low and saved to `<out>/warm_start.json`; 0: skip."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "SftConfig":
+        if self.micro_batch_tokens is not None:
+            if self.micro_batch_tokens < 1:
+                raise ValueError("sft.micro_batch_tokens must be >= 1 (or null for no cap)")
+            if not self.group_by_length:
+                raise ValueError("sft.micro_batch_tokens needs sft.group_by_length: true")
+        return self

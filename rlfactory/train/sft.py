@@ -33,7 +33,8 @@ from rlfactory.images import ImageError, image_from_value
 from rlfactory.tools.function import result_from_value
 from rlfactory.trajectory import Segment, Trajectory
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
-from rlfactory.train.batch import collate
+from rlfactory.passes import plan_micro_batches
+from rlfactory.train.batch import TrainBatch, collate
 from rlfactory.train.batch_images import PixelSource
 from rlfactory.train.data import step_generator
 from rlfactory.train.logprobs import policy_forward
@@ -212,17 +213,21 @@ def sft_train(model: torch.nn.Module, demos: Sequence[Trajectory], pad_id: int, 
         full_text = step < cfg.full_text_steps
         chosen = [full_text_view(demos[i], image_token) if full_text else demos[i] for i in idx]
         batch = collate(chosen, pad_id, pixels).to(device)
-        logp, _ = policy_forward(model, batch, bf16=cfg.bf16)
-        mask = batch.loss_mask
-        loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+        total = batch.loss_mask.sum().clamp(min=1)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, right = 0.0, 0.0
+        for sub in sft_passes(batch, cfg):
+            logp, _ = policy_forward(model, sub, bf16=cfg.bf16)
+            mask = sub.loss_mask
+            part = -(logp * mask).sum() / total
+            part.backward()
+            loss += part.item()
+            with torch.no_grad():
+                right += float(((logp.exp() > 0.5).float() * mask).sum())
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
         sched.step()
-        with torch.no_grad():
-            acc = ((logp.exp() > 0.5).float() * mask).sum() / mask.sum().clamp(min=1)
-        row = {"step": step + 1, "loss": loss.item(), "token_acc": acc.item(), "grad_norm": float(grad_norm),
+        row = {"step": step + 1, "loss": loss, "token_acc": right / float(total), "grad_norm": float(grad_norm),
                "lr": sched.get_last_lr()[0], "full_text": full_text, "tokens_per_s": batch.num_tokens() / (time.perf_counter() - t0)}
         if not math.isfinite(row["loss"]):
             raise FloatingPointError(f"sft step {step + 1}: loss is {row['loss']}")
@@ -231,6 +236,20 @@ def sft_train(model: torch.nn.Module, demos: Sequence[Trajectory], pad_id: int, 
             log(row)
     model.eval()
     return history
+
+
+def sft_passes(batch: TrainBatch, cfg: SftConfig) -> list[TrainBatch]:
+    """The forward/backward passes of one SFT step: `batch` whole, or (`cfg.group_by_length`) its
+    rows in passes of similar length that compute fewer padded positions in all (`plan_micro_batches`,
+    the plan the RL update uses); each pass keeps only the padding its own rows need."""
+    if not cfg.group_by_length:
+        return [batch]
+    lc = batch.completion_mask.sum(-1).tolist()
+    lp = batch.prompt_mask.sum(-1)[batch.prompt_index].tolist()
+    plan = plan_micro_batches(lc, lp, batch.prompt_index.tolist(), max_tokens=cfg.micro_batch_tokens)
+    if len(plan) == 1 and cfg.micro_batch_tokens is None:
+        return [batch]
+    return [batch.select(rows) for rows in plan]
 
 
 def save_model_atomically(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out: str | Path) -> Path:

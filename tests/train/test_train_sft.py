@@ -96,3 +96,51 @@ def test_full_text_steps_train_on_the_tool_results_too(tiny):
     # only as far as they resemble the model tokens (the name in the query).
     assert after[20] > 1.0
     assert after[20] > after[0] + 1.0
+
+
+def test_passes_by_length_make_the_same_step_as_one_padded_pass(tiny):
+    """A guess beside a two-search demonstration: by-length passes skip the guess's padding and sum
+    to the gradient of one padded pass (same weights after the steps, float rounding apart)."""
+    from transformers import AutoModelForCausalLM
+
+    from rlfactory.train.batch import collate
+    from rlfactory.train.sft import sft_passes
+
+    _, tok = tiny
+    tm = make_tool_manager(tok, "qwen3")
+    guess = DEMO[:2] + [{"role": "assistant", "content": "<answer>Rofan</answer>"}]
+    long = DEMO[:4] + [DEMO[2], {"role": "tool", "content": "Doc 1(Title: Duser) Duser is a city in Lemara. " * 6}, DEMO[4]]
+    demos = [demo_to_trajectory(d, tm, [SEARCH]) for d in (guess, DEMO, long, guess)]
+    lengths = sorted(len(d.input_ids) - d.prompt_len for d in demos)  # after the shared prompt
+    assert lengths[-1] > 10 * lengths[0]
+
+    batch = collate(demos, tok.pad_token_id)
+    passes = sft_passes(batch, SftConfig(batch_size=4))
+    assert len(passes) > 1 and sorted(len(p.loss_mask) for p in passes) != [4]
+    padded = lambda b: b.completion_ids.numel() + b.prompt_ids.numel()
+    assert sum(padded(p) for p in passes) < padded(batch)
+    assert sum(float(p.loss_mask.sum()) for p in passes) == float(batch.loss_mask.sum())
+    assert sft_passes(batch, SftConfig(group_by_length=False)) == [batch]
+    capped = sft_passes(batch, SftConfig(micro_batch_tokens=1))
+    assert len(capped) == 4  # a row over the cap gets a pass of its own
+
+    path = resolve_model("tiny:1m")
+    weights, losses = {}, {}
+    for by_length in (False, True):
+        model = AutoModelForCausalLM.from_pretrained(path)
+        cfg = SftConfig(steps=3, batch_size=4, lr=1e-3, warmup_steps=1, seed=0, group_by_length=by_length)
+        history = sft_train(model, demos, tok.pad_token_id, cfg)
+        weights[by_length] = torch.cat([p.detach().flatten() for p in model.parameters()])
+        losses[by_length] = [h["loss"] for h in history]
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+    # Adam divides by the gradient's own scale, so rounding-level gradient differences move a
+    # weight by up to ~1e-5 here (measured: 5.7e-6 at most, 9e-10 on average) of ~3e-3 in all.
+    assert torch.allclose(weights[True], weights[False], atol=2e-5, rtol=0)
+    assert not torch.equal(weights[True], torch.cat([p.detach().flatten() for p in AutoModelForCausalLM.from_pretrained(path).parameters()]))
+
+
+def test_sft_pass_settings_are_checked():
+    with pytest.raises(ValueError, match="micro_batch_tokens must be >= 1"):
+        SftConfig(micro_batch_tokens=0)
+    with pytest.raises(ValueError, match="needs sft.group_by_length"):
+        SftConfig(micro_batch_tokens=512, group_by_length=False)
