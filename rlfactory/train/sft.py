@@ -247,9 +247,7 @@ def sft_passes(batch: TrainBatch, cfg: SftConfig) -> list[TrainBatch]:
     lc = batch.completion_mask.sum(-1).tolist()
     lp = batch.prompt_mask.sum(-1)[batch.prompt_index].tolist()
     plan = plan_micro_batches(lc, lp, batch.prompt_index.tolist(), max_tokens=cfg.micro_batch_tokens)
-    if len(plan) == 1 and cfg.micro_batch_tokens is None:
-        return [batch]
-    return [batch.select(rows) for rows in plan]
+    return [batch] if len(plan) == 1 else [batch.select(rows) for rows in plan]
 
 
 def save_model_atomically(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out: str | Path) -> Path:
