@@ -2,13 +2,15 @@
 'When was X born?' search trajectories of half the people (from a GRPO run's trajectories), with the
 year in the passage and in the answer drawn anew for every example (1900-1999, so it cannot be
 memorised), and print how often it predicts the year's last two digits (argmax, teacher-forced) on
-the other half's real passages.
+the other half's real passages. With a fourth argument `fixed`, the years stay as they are (each
+fixed to its person, as in the demo's demonstrations).
 
-    .venv/bin/python benchmarks/credit_probes/year_copy.py WARM_MODEL GRPO_RUN/trajectories STEPS
+    .venv/bin/python benchmarks/credit_probes/year_copy.py WARM_MODEL GRPO_RUN/trajectories STEPS [fixed]
 """
 import json, glob, sys, random, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 mp, trajdir, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fixed = sys.argv[4:] == ['fixed']
 torch.manual_seed(0)
 tok = AutoTokenizer.from_pretrained(mp); model = AutoModelForCausalLM.from_pretrained(mp)
 by_person = {}
@@ -45,6 +47,9 @@ for step in range(steps):
     rr = random.Random(step)
     batch = []
     for c, a in rr.sample(train, 16):
+        if fixed:
+            batch.append((c, a))
+            continue
         y = [digits[int(ch)] for ch in str(rr.randint(1900, 1999))]
         c = list(c); a = list(a)
         for i in range(len(c) - 3):

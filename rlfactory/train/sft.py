@@ -33,11 +33,11 @@ from rlfactory.images import ImageError, image_from_value
 from rlfactory.tools.function import result_from_value
 from rlfactory.trajectory import Segment, Trajectory
 from rlfactory.tools.base import ToolCall, ToolResult, ToolSpec
-from rlfactory.passes import plan_micro_batches
 from rlfactory.train.batch import TrainBatch, collate
 from rlfactory.train.batch_images import PixelSource
 from rlfactory.train.data import step_generator
 from rlfactory.train.logprobs import policy_forward
+from rlfactory.train.parallel import RowLayout
 from rlfactory.config import SftConfig
 
 if TYPE_CHECKING:
@@ -240,14 +240,12 @@ def sft_train(model: torch.nn.Module, demos: Sequence[Trajectory], pad_id: int, 
 
 def sft_passes(batch: TrainBatch, cfg: SftConfig) -> list[TrainBatch]:
     """The forward/backward passes of one SFT step: `batch` whole, or (`cfg.group_by_length`) its
-    rows in passes of similar length that compute fewer padded positions in all (`plan_micro_batches`,
-    the plan the RL update uses); each pass keeps only the padding its own rows need."""
-    if not cfg.group_by_length:
-        return [batch]
-    lc = batch.completion_mask.sum(-1).tolist()
-    lp = batch.prompt_mask.sum(-1)[batch.prompt_index].tolist()
-    plan = plan_micro_batches(lc, lp, batch.prompt_index.tolist(), max_tokens=cfg.micro_batch_tokens)
-    return [batch] if len(plan) == 1 else [batch.select(rows) for rows in plan]
+    rows in passes of similar length that compute fewer padded positions in all, planned as the RL
+    update plans its passes (`RowLayout.micro_batches`); each pass keeps only the padding its own
+    rows need."""
+    rows = torch.arange(len(batch))
+    plan = RowLayout.single(batch).micro_batches(rows, None, cfg.micro_batch_tokens, by_length=cfg.group_by_length)
+    return [batch] if len(plan) == 1 else [batch.select(p) for p in plan]
 
 
 def save_model_atomically(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, out: str | Path) -> Path:
