@@ -68,8 +68,15 @@ MARGIN = 2
 PATCH_W, PATCH_H = 3 * SCALE + 2 * MARGIN, 5 * SCALE + 2 * MARGIN  # 13 x 19 px
 CHECKER_SCALE = 4
 CHECKER_W, CHECKER_H = 3 * CHECKER_SCALE + 2 * MARGIN, 5 * CHECKER_SCALE + 2 * MARGIN  # 16 x 24 px
-INKS = ("solid", "checker")
+INKS = ("solid", "checker", "code")
 CHECKER_CONTRAST = 70
+CODE_OFFSETS = ((-115, -115, -115), (-115, 0, 0), (-58, -115, 0), (-115, 58, -58), (0, -115, -115),
+                (0, -115, 115), (-58, 115, 0), (-115, 115, 58), (-115, 0, -115), (-115, -58, 115))
+"""`code` ink: the offset from the square's colour of each of the ten codes' checker cells (+ on one
+half of the cells, - on the other): no two codes are each other's negation, so each shows its own
+checker at full resolution, and every 2x2 block averages to the square's colour."""
+CODE_LOW, CODE_HIGH = 120, 136
+"""`code` ink squeezes the square's colour into these channel values, so colour +- offset never clips."""
 GRID = 8
 """The solver's zoom windows start at multiples of this (fewer distinct coordinates to learn)."""
 COLOURS = {"red": (220, 30, 30), "green": (20, 160, 40), "blue": (30, 60, 220), "orange": (240, 140, 0),
@@ -117,7 +124,12 @@ class Item:
 
 def square_size(ink: str = "solid") -> tuple[int, int]:
     """The digit square's width and height in pixels for an ink style."""
-    return (CHECKER_W, CHECKER_H) if ink == "checker" else (PATCH_W, PATCH_H)
+    return (CHECKER_W, CHECKER_H) if ink in ("checker", "code") else (PATCH_W, PATCH_H)
+
+
+def code_colour(colour: str) -> np.ndarray:
+    """The square's colour under `code` ink: `rgb(colour)` squeezed into CODE_LOW..CODE_HIGH."""
+    return CODE_LOW + (np.array(rgb(colour), dtype=np.int16) * (CODE_HIGH - CODE_LOW)) // 255
 
 
 def draw(item: Item, size: int, ink: str = "solid") -> np.ndarray:
@@ -127,10 +139,20 @@ def draw(item: Item, size: int, ink: str = "solid") -> np.ndarray:
     cell, a 1-px checkerboard of the square's colour plus and minus a contrast, so every 2x2 block
     of it averages to the square's colour exactly. Its cells start at multiples of 4 (the square at
     4k + 2): the digit vanishes from a copy shrunk by any even factor (box filter), and at full
-    resolution each 4x4 px patch of a window starting at a multiple of 4 is one font cell."""
+    resolution each 4x4 px patch of a window starting at a multiple of 4 is one font cell.
+
+    `code` ink draws no glyph: the digit is a code, the whole square a 1-px checkerboard of its
+    colour (`code_colour`) plus and minus the code's offset (`CODE_OFFSETS`): every 2x2 block
+    averages to the colour, so a copy shrunk by an even factor shows a plain square whatever the
+    code, while every patch of the square at full resolution shows the code's two colours."""
     rng = np.random.default_rng(item.noise_seed)
     canvas = rng.integers(200, 245, (size, size, 1), dtype=np.uint8).repeat(3, axis=2)
     w, h = square_size(ink)
+    if ink == "code":
+        base, off = code_colour(item.colour), np.array(CODE_OFFSETS[item.digit], dtype=np.int16)
+        hi, lo = (base + off).astype(np.uint8), (base - off).astype(np.uint8)
+        canvas[item.y:item.y + h, item.x:item.x + w] = np.tile(np.array([[hi, lo], [lo, hi]]), (h // 2, w // 2, 1))
+        return canvas
     canvas[item.y:item.y + h, item.x:item.x + w] = np.array(rgb(item.colour), dtype=np.uint8)
     scale = CHECKER_SCALE if ink == "checker" else SCALE
     if ink == "checker":
@@ -158,11 +180,11 @@ def make_items(seed: int, n_train: int, n_test: int, size: int, ink: str = "soli
     code` every picture gets a distinct code of 3 digits (4 past 900 pictures), drawn alike for
     both splits."""
     w, h = square_size(ink)
-    if size < max(w, h) + (MARGIN if ink == "checker" else 0) + 1:
+    if size < max(w, h) + (MARGIN if ink in ("checker", "code") else 0) + 1:
         raise ValueError(f"visual env: size {size} is too small for a {w}x{h} px square")
     if id_style == "code" and n_train + n_test > 9000:
         raise ValueError(f"visual env: id_style code names at most 9000 pictures, got {n_train + n_test}")
-    step, offset = (CHECKER_SCALE, MARGIN) if ink == "checker" else (1, 0)
+    step, offset = (CHECKER_SCALE, MARGIN) if ink in ("checker", "code") else (1, 0)
     step = place_step or step
     names = palette(colours)
     places = ((size - w - offset) // step + 1) * ((size - h - offset) // step + 1)
@@ -210,7 +232,8 @@ class VisualEnv(Env):
     """Options: `seed` (0), `n_train` (1000), `n_test` (100), `size` (160: the picture's side in
     pixels), `view` (40: the side of the prompt's shrunk copy), `tool_images` (true; false: `zoom`
     answers with text only, the control run), `ink` (`solid`; `checker`: a digit no shrunk copy
-    shows, see `draw`), `id_style` (`split`: ids like test-3; `code`: 3- or 4-digit codes drawn alike
+    shows, see `draw`; `code`: no glyph, the digit is a code shown by the square's fine checker,
+    which no shrunk copy shows either), `id_style` (`split`: ids like test-3; `code`: 3- or 4-digit codes drawn alike
     for both splits, so a model that copies ids from training questions copies test ones too),
     `question` (a format string with {picture}, {size} and {view}), `guess_rate` (0: the share of
     demonstrations that answer at once with a guessed digit), `max_turns` (3), `system_prompt`,
@@ -234,7 +257,7 @@ class VisualEnv(Env):
             raise ValueError(f"visual env: ink must be one of {', '.join(INKS)}, got {ink!r}")
         if id_style not in ("split", "code"):
             raise ValueError(f"visual env: id_style must be split or code, got {id_style!r}")
-        unit = CHECKER_SCALE if ink == "checker" else 1
+        unit = CHECKER_SCALE if ink in ("checker", "code") else 1
         if place_step is not None and (not isinstance(place_step, int) or place_step < 1 or place_step % unit):
             raise ValueError(f"visual env: place_step must be a positive multiple of {unit} with {ink} ink, "
                              f"got {place_step!r}")
@@ -384,7 +407,8 @@ class VisualEnv(Env):
         return RuleReward({"exact_match": 1.0})
 
     def window(self, item: Item) -> tuple[int, int]:
-        """The solver's 32 px zoom window: at multiples of GRID, holding the square, nearest to centred."""
+        """The solver's zoom window (`solver_zoom` px): at multiples of GRID, holding the square, nearest to
+        centred; a window smaller than the square lies inside it."""
         w, h = square_size(self.ink)
         side = self.solver_zoom
 

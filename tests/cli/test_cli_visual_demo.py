@@ -80,6 +80,6 @@ def test_the_demo_config_is_the_documented_one():
     cfg = load_run_config(str(DEFAULT_CONFIG), [])
     o = cfg.env.options
     assert cfg.model.path == "tiny-vl:1m-compact" and cfg.env.name == "visual"
-    assert (o["size"], o["view"], o["ink"], o["episode_picture"], o["solver_zoom"]) == (32, 16, "checker", True, 32)
-    assert (o["place_step"], o["colours"]) == (16, 100)  # one place: a probe reads the digit there (visual_probe)
+    assert (o["size"], o["view"], o["ink"], o["episode_picture"], o["solver_zoom"]) == (32, 16, "code", True, 16)
+    assert (o["place_step"], o["colours"]) == (16, 100)  # one place, 100 colours: 1000 distinct pictures
     assert 0 < o["guess_rate"] < 1 and o.get("tool_images", True) is True

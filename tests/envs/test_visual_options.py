@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 from rlfactory.chat.qwen_vl import QwenVLToolManager
 from rlfactory.envs.registry import make_env
-from rlfactory.envs.visual import COLOURS, GRID, VisualEnv, draw, square_size
+from rlfactory.envs.visual import CODE_OFFSETS, COLOURS, GRID, VisualEnv, code_colour, draw, square_size
 from rlfactory.tiny.vl import make_tiny_vl_model
 from rlfactory.tools.function import function_tool
 
@@ -54,6 +54,37 @@ def test_checker_ink_hides_the_digit_from_the_shrunk_copy_and_shows_it_in_full()
     assert len({solid.prompt_png(replace(item, digit=d)) for d in range(10)}) > 1
 
 
+def test_code_ink_hides_the_code_from_the_shrunk_copy_and_shows_it_in_every_patch():
+    env = make_env("visual", seed=3, n_train=60, n_test=10, size=32, view=16, ink="code", place_step=16, colours=100)
+    w, h = square_size("code")
+    for item in env.items()["train"][:10]:
+        twins = [replace(item, digit=d) for d in range(10)]
+        # the prompt's copy is byte-identical for the ten codes: the square shows its colour only
+        assert len({env.prompt_png(t) for t in twins}) == 1
+        shrunk = np.asarray(PILImage.open(io.BytesIO(env.prompt_png(item))).convert("RGB"))
+        assert np.array_equal(shrunk[item.y // 2 + 1, item.x // 2 + 1], code_colour(item.colour))
+        squares = [draw(t, 32, "code")[item.y:item.y + h, item.x:item.x + w].astype(int) for t in twins]
+        assert len({s.tobytes() for s in squares}) == 10
+        for d, sq in enumerate(squares):
+            # every 4x4 patch of the square holds the code's two colours: colour + offset, colour - offset
+            base, off = code_colour(item.colour), np.array(CODE_OFFSETS[d])
+            for r in range(0, h, 4):
+                for c in range(0, w, 4):
+                    patch = {tuple(p) for p in sq[r:r + 4, c:c + 4].reshape(-1, 3)}
+                    assert patch == {tuple(base + off), tuple(base - off)}
+    # the demo's solver zooms inside the square (a 16 px window): every pixel it returns shows the code
+    env = make_env("visual", seed=3, n_train=60, n_test=10, size=32, view=16, ink="code", place_step=16, colours=100,
+                   solver_zoom=16)
+    item = env.items()["test"][0]
+    x, y = env.window(item)
+    assert (x, y) == (2, 10) and item.x <= x and x + 16 <= item.x + w and item.y <= y and y + 16 <= item.y + h
+    region = env.zoom(item.picture_id, x, y, 16)[1].astype(int)
+    base, off = code_colour(item.colour), np.array(CODE_OFFSETS[item.digit])
+    assert {tuple(p) for p in region.reshape(-1, 3)} == {tuple(base + off), tuple(base - off)}
+    # no code's offset is another's negation (its checker would be the other's, shifted by a pixel)
+    assert not {tuple(-np.array(o)) for o in CODE_OFFSETS} & set(CODE_OFFSETS)
+
+
 def test_picture_codes_are_distinct_three_digits_for_both_splits_and_name_the_picture():
     env = make_env("visual", seed=0, n_train=300, n_test=50, **DEMO)
     train, test = env.load_split("train"), env.load_split("test")
@@ -74,7 +105,7 @@ def test_picture_codes_are_distinct_three_digits_for_both_splits_and_name_the_pi
 
 
 def test_one_line_errors_for_bad_options():
-    for options, why in (({"ink": "bold"}, "ink must be one of solid, checker"),
+    for options, why in (({"ink": "bold"}, "ink must be one of solid, checker, code"),
                          ({"id_style": "name"}, "id_style must be split or code"),
                          ({"guess_rate": 1.5}, "guess_rate must be between 0 and 1"),
                          ({"question": "Digit in {pic}?"}, "question must be a format string")):
