@@ -76,7 +76,8 @@ CODE_OFFSETS = ((-115, -115, -115), (-115, 0, 0), (-58, -115, 0), (-115, 58, -58
 half of the cells, - on the other): no two codes are each other's negation, so each shows its own
 checker at full resolution, and every 2x2 block averages to the square's colour."""
 CODE_LOW, CODE_HIGH = 120, 136
-"""`code` ink squeezes the square's colour into these channel values, so colour +- offset never clips."""
+"""`code` ink gives the square a shade with every channel in CODE_LOW..CODE_HIGH (`code_colour`), so
+shade +- offset never clips."""
 GRID = 8
 """The solver's zoom windows start at multiples of this (fewer distinct coordinates to learn)."""
 COLOURS = {"red": (220, 30, 30), "green": (20, 160, 40), "blue": (30, 60, 220), "orange": (240, 140, 0),
@@ -128,8 +129,13 @@ def square_size(ink: str = "solid") -> tuple[int, int]:
 
 
 def code_colour(colour: str) -> np.ndarray:
-    """The square's colour under `code` ink: `rgb(colour)` squeezed into CODE_LOW..CODE_HIGH."""
-    return CODE_LOW + (np.array(rgb(colour), dtype=np.int16) * (CODE_HIGH - CODE_LOW)) // 255
+    """The square's shade under `code` ink: the colour's place in the palette (named colours first,
+    then `mix-k`) written in base 17, one digit per channel from CODE_LOW: a distinct shade for each
+    of the first 17**3 colours, so no held-out picture shares its code and shade with a training one."""
+    named = sorted(COLOURS)
+    k = named.index(colour) if colour in COLOURS else len(named) + int(colour.removeprefix("mix-"))
+    levels = CODE_HIGH - CODE_LOW + 1
+    return np.array([CODE_LOW + (k // levels ** c) % levels for c in range(3)], dtype=np.int16)
 
 
 def draw(item: Item, size: int, ink: str = "solid") -> np.ndarray:

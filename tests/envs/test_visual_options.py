@@ -81,6 +81,12 @@ def test_code_ink_hides_the_code_from_the_shrunk_copy_and_shows_it_in_every_patc
     region = env.zoom(item.picture_id, x, y, 16)[1].astype(int)
     base, off = code_colour(item.colour), np.array(CODE_OFFSETS[item.digit])
     assert {tuple(p) for p in region.reshape(-1, 3)} == {tuple(base + off), tuple(base - off)}
+    # each colour has its own shade, so the held-out pictures' (code, shade) pairs are not the training ones'
+    from rlfactory.envs.visual import palette
+    assert len({tuple(code_colour(c)) for c in palette(1000)}) == 1000
+    demo = make_env("visual", seed=0, n_train=800, n_test=100, size=32, view=16, ink="code", place_step=16, colours=100)
+    seen = {(i.digit, tuple(code_colour(i.colour))) for i in demo.items()["train"]}
+    assert not any((i.digit, tuple(code_colour(i.colour))) in seen for i in demo.items()["test"])
     # no code's offset is another's negation (its checker would be the other's, shifted by a pixel)
     assert not {tuple(-np.array(o)) for o in CODE_OFFSETS} & set(CODE_OFFSETS)
 
