@@ -7,7 +7,9 @@ logprobs), `tool_calls`, `tool_results`, `observation`, then `trajectory` (the w
 scored when the env has a reward and a reference answer was given), or `error`; `done` last.
 
 Request: {config: path to a run config or a tool config, model: "tiny:1m" or a folder,
-question, answer (optional), max_turns, max_new_tokens, temperature, seed,
+question, image (optional: a data:image/png or data:image/jpeg base64 URL shown with the question;
+needs the plain prompt env and a vision-language model), answer (optional), max_turns,
+max_new_tokens, temperature, seed,
 script (optional: the text to force for each model turn, in order; the model's own tokens are
 replaced by these, through rlfactory.rollout.scripted.ScriptedPolicy)}.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
+    from rlfactory.images import Image
     from rlfactory.protocols import GenRequest, GenResult
     from rlfactory.rollout.observer import RolloutObserver
     from rlfactory.tools.base import ToolCall, ToolResult
@@ -51,6 +54,11 @@ def build_config(req: dict[str, Any]) -> Any:
                     "reward": {"terms": {"exact_match": 1.0, "format": 0.1}}}
         else:
             data = raw
+            # module:function names (tools.python, env.name, reward terms) import from the config's
+            # folder, as on the command line
+            from rlfactory.cli.common import make_config_folder_importable
+
+            make_config_folder_importable(path)
     else:
         data = {"env": {"name": PROMPT_ENV}}
     overrides = [f"model.path={req.get('model') or 'tiny:1m'}", f"sampling.seed={int(req.get('seed', 0))}",
@@ -68,6 +76,42 @@ def build_config(req: dict[str, Any]) -> Any:
     return validate(RunConfig, data, f"{path or 'playground'} (with {' '.join(overrides)})", base_dir)
 
 
+def question_row(req: dict[str, Any], env: Any) -> dict[str, Any]:
+    """The playground's dataset row: the question, and with an image one user message holding the
+    question's text and the image (PromptEnv opens with a row's `messages`, after its system prompt).
+    Any other env builds its own prompt from the row, so an image there is refused (ValueError)."""
+    from rlfactory.rollout.prompt_env import PromptEnv
+
+    row: dict[str, Any] = {"id": "playground", "question": req["question"]}
+    image = req.get("image")
+    if image:
+        if type(env) is not PromptEnv:  # a subclass (the agent env) builds its prompt its own way
+            raise ValueError(f"an image in the question needs a tool config or the prompt env ({PROMPT_ENV}): "
+                             f"env {type(env).__name__} builds its own prompts")
+        row["messages"] = [{"role": "user", "content": [{"type": "text", "text": req["question"]},
+                                                        {"type": "image", "image": image}]}]
+    return row
+
+
+def check_vision(tool_manager: Any, model_path: str) -> None:
+    """Refuse (one line) an image for a model whose chat family renders text only: its template
+    would show the image part as text or fail on it."""
+    from rlfactory.chat.vision import VisionToolManager
+
+    if not isinstance(tool_manager, VisionToolManager):
+        raise ValueError(f"the model {model_path} reads text only ({type(tool_manager).__name__}): pick a "
+                         "vision-language model such as tiny-vl:1m to ask about an image")
+
+
+def image_views(images: list[Image] | None) -> list[dict[str, Any]]:
+    """Each image's reference with `src`, its bytes as a data: URL (a playground rollout's images
+    live in no run folder for /api/run/image to serve)."""
+    import base64
+
+    return [{**im.ref(), "src": f"data:{im.mime};base64,{base64.b64encode(im.data or b'').decode()}"}
+            for im in images or ()]
+
+
 def watcher(tokens: Callable[[list[int], list[float] | None], list], decode: Callable[[list[int]], str]) -> RolloutObserver:
     """The rollout's observer that streams it: the prompt, each model turn, its tool calls and
     results, and each observation (emitted as the next turn starts, when the model reads it)."""
@@ -76,7 +120,8 @@ def watcher(tokens: Callable[[list[int], list[float] | None], list], decode: Cal
     def turn_started(traj: Trajectory, request: GenRequest) -> None:
         seg = traj.segments[-1]  # the prompt, or the observation this turn continues from
         kind = "prompt" if traj.turns == 0 else "observation"
-        emit({"type": kind, "tokens": tokens(seg.token_ids, None), "text": decode(seg.token_ids)})
+        emit({"type": kind, "tokens": tokens(seg.token_ids, None), "text": decode(seg.token_ids),
+              "images": image_views(seg.images)})
 
     def tokens_generated(traj: Trajectory, res: GenResult) -> None:
         emit({"type": "model", "tokens": tokens(res.token_ids, res.logprobs), "text": res.text or decode(res.token_ids),
@@ -110,10 +155,21 @@ def script_policy(script: list[str], tokenizer: Any, tool_manager: Any) -> Any:
 
 
 async def run(req: dict[str, Any]) -> None:
+    from rlfactory.train.prepare import build_env
+
+    cfg = build_config(req)
+    env = build_env(cfg)  # before the model loads: an image the env cannot show costs one line, not a load
+    try:
+        await roll_out(req, cfg, env)
+    finally:
+        env.close()
+
+
+async def roll_out(req: dict[str, Any], cfg: Any, env: Any) -> None:
     from rlfactory.generation.model_source import load_model, pick_device
     from rlfactory.train.session import open_rollout, tool_manager_for
 
-    cfg = build_config(req)
+    row = question_row(req, env)
     emit({"type": "status", "message": f"loading {cfg.model.path}"})
     model, tokenizer = load_model(cfg.model, pick_device(cfg.model.device))
     piece: dict[int, str] = {}
@@ -129,17 +185,19 @@ async def run(req: dict[str, Any]) -> None:
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     processor = None
     script = [s for s in (req.get("script") or []) if isinstance(s, str) and s.strip()]
-    if script:
+    if script or "messages" in row:
         tm = tool_manager_for(cfg.model, tokenizer, model)
-        processor = script_policy(script, tokenizer, tm)
+        if "messages" in row:  # before the tools start
+            check_vision(tm, cfg.model.path)
+        if script:
+            processor = script_policy(script, tokenizer, tm)
     emit({"type": "status", "message": "starting tools"})
-    async with open_rollout(cfg, model=model, tokenizer=tokenizer, logits_processor=processor,
+    async with open_rollout(cfg, model=model, tokenizer=tokenizer, env=env, logits_processor=processor,
                             reward_mode="off") as session:  # scored below, only when an answer is given
         engine = session.engine
         emit({"type": "status", "message": f"rolling out ({len(session.runner.specs())} tools)",
               "tools": [s.name for s in session.runner.specs()]})
         answer = (req.get("answer") or "").strip()
-        row = {"id": "playground", "question": req["question"]}
         if answer:
             row.update(answer=answer, golden_answers=[answer])
         (traj,) = await engine.run([row], 1, observer=watcher(tokens, decode))
@@ -163,7 +221,14 @@ async def run(req: dict[str, Any]) -> None:
 
         text_of = TokenText(lambda i: piece.get(i) or tokenizer.decode([i], skip_special_tokens=False),
                             tokenizer.convert_ids_to_tokens)
-        emit({"type": "trajectory", "trajectory": traj.to_dict(), "view": trajectory_view(traj.to_dict(), text_of)})
+        d = traj.to_dict()
+        if "messages" in d["info"]:  # the image travels once, in the prompt segment's view, not again here
+            d["info"]["messages"] = [{**m, "content": [{"type": "image"} if p.get("type") == "image" else p
+                                                       for p in m["content"]]} for m in d["info"]["messages"]]
+        view = trajectory_view(d, text_of)
+        for seg, shown in zip(traj.segments, view["segments"]):
+            shown["images"] = image_views(seg.images)
+        emit({"type": "trajectory", "trajectory": d, "view": view})
 
 
 def main() -> int:

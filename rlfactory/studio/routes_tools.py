@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -191,7 +194,8 @@ async def models(request: Request):
     """Models to try: rlfactory's tiny models and every checkpoint / SFT output in the runs."""
     st = _state(request)
     out = [{"path": "tiny:1m", "label": "tiny:1m (rlfactory's untrained 1M model)"},
-           {"path": "tiny:10m", "label": "tiny:10m"}]
+           {"path": "tiny:10m", "label": "tiny:10m"},
+           {"path": "tiny-vl:1m", "label": "tiny-vl:1m (rlfactory's untrained tiny vision-language model)"}]
     root = st.runs.resolve()
     for run in find_runs(st.runs):
         for ck in sorted((run / "checkpoints").glob("step_*/model")) if (run / "checkpoints").is_dir() else []:
@@ -202,17 +206,46 @@ async def models(request: Request):
     return ok({"models": out})
 
 
+IMAGE_URL = re.compile(r"data:(image/(?:png|jpeg));base64,")
+
+
+def question_image(value: Any, max_bytes: int) -> str | None:
+    """The playground question's image: a `data:image/png` or `data:image/jpeg` base64 URL whose
+    bytes (at most `max_bytes`, the upload cap) Pillow reads; None for none. ApiError names `image`."""
+    from rlfactory.images import ImageError, image_from_bytes
+
+    if value in (None, ""):
+        return None
+    m = IMAGE_URL.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise ApiError(400, "image: give a data:image/png or data:image/jpeg base64 URL")
+    try:
+        raw = base64.b64decode(value[m.end():], validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "image: the data URL is not valid base64") from None
+    if len(raw) > max_bytes:
+        raise ApiError(413, f"image: {len(raw)} bytes, the limit is {max_bytes} (rlfactory ui --max-upload-mb)")
+    try:
+        image_from_bytes(raw, m.group(1))
+    except ImageError as e:
+        raise ApiError(400, f"image: {e}") from None
+    return value
+
+
 async def playground_start(request: Request):
     st = _state(request)
-    data = await body(request)
+    # an image comes as base64 (4 bytes per 3) in the body: room for one at the upload cap
+    data = await body(request, max_bytes=st.max_upload_bytes * 4 // 3 + (2 << 20))
     question = str(data.get("question") or "").strip()
     if not question:
         raise ApiError(400, "question: type a question")
+    image = await run_in_threadpool(question_image, data.get("image"), st.max_upload_bytes)
     model = str(data.get("model") or "tiny:1m")
-    if not model.startswith("tiny:"):
+    if not model.startswith(("tiny:", "tiny-vl:")):
         model = str(within_any([st.runs, st.workspace], model))
     req = {"config": str(_file(st, data["config"])) if data.get("config") else None, "model": model,
-           "question": question, "answer": str(data.get("answer") or ""), "script": data.get("script") or [],
+           "question": question, "image": image, "answer": str(data.get("answer") or ""),
+           "script": data.get("script") or [],
            "max_turns": data.get("max_turns"), "max_new_tokens": data.get("max_new_tokens"),
            "temperature": data.get("temperature"), "seed": int(data.get("seed") or 0)}
     run = await run_in_threadpool(st.playground.start, req)

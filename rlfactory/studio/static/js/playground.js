@@ -11,6 +11,21 @@ export async function playgroundPage(app) {
     h("optgroup", { label: "tool configs (a plain prompt env)" }, tools.files.filter(f => !f.label.endsWith(".yaml") || f.label.includes("mcp"))
       .map(f => h("option", { value: f.path }, f.label))));
   const question = h("input", { id: "pg-question", placeholder: "type a question", style: { width: "100%" } });
+  const imageIn = h("input", { id: "pg-image", type: "file", accept: "image/png,image/jpeg", "aria-label": "image" });
+  const preview = h("img", { id: "pg-image-preview", alt: "the question's image", hidden: true,
+    style: { maxHeight: "64px", maxWidth: "160px", imageRendering: "pixelated", border: "1px solid var(--line)" } });
+  const clearImage = h("button", { id: "pg-image-clear", type: "button", hidden: true, title: "ask without the image" }, "✕");
+  let image = null;  // the chosen file as a data: URL
+  const showImage = url => { image = url; preview.hidden = clearImage.hidden = !url; if (url) preview.src = url; else preview.removeAttribute("src"); };
+  imageIn.addEventListener("change", () => {
+    const file = imageIn.files[0];
+    if (!file) { showImage(null); return; }
+    const reader = new FileReader();
+    reader.onload = () => showImage(reader.result);
+    reader.onerror = () => { showImage(null); state.replaceChildren(errorBox(new Error(`image: cannot read ${file.name}`))); };
+    reader.readAsDataURL(file);
+  });
+  clearImage.addEventListener("click", () => { imageIn.value = ""; showImage(null); });
   const answer = h("input", { id: "pg-answer", placeholder: "reference answer (optional: scores the rollout)", style: { width: "280px" } });
   const turns = h("input", { id: "pg-turns", type: "number", min: 1, placeholder: "env's", title: "empty: the env's own limit", style: { width: "70px" } });
   const maxNew = h("input", { id: "pg-max-new", type: "number", min: 1, value: 96, style: { width: "80px" } });
@@ -26,6 +41,8 @@ export async function playgroundPage(app) {
       h("div", { class: "row" }, h("label", {}, "model", model), h("label", {}, "env or tool config", config),
         h("label", {}, "max turns", turns), h("label", {}, "max new tokens", maxNew), h("label", {}, "temperature", temp)),
       h("div", { class: "row", style: { marginTop: "8px" } }, h("label", { class: "grow" }, "question", question), h("label", {}, "answer", answer)),
+      h("div", { class: "row", style: { marginTop: "8px" } }, h("label", {}, "image (optional, PNG or JPEG: needs a vision-language model)", imageIn),
+        preview, clearImage),
       h("details", { style: { marginTop: "8px" } }, h("summary", {}, "scripted turns"), script),
       h("div", { class: "row", style: { marginTop: "10px" } }, runBtn, stopBtn, state)),
     h("div", { class: "pg-cols" }, live, turnLog));
@@ -37,7 +54,7 @@ export async function playgroundPage(app) {
     const blocks = script.value.trim() ? script.value.split(/^---\s*$/m).map(s => s.trim()).filter(Boolean) : [];
     let id;
     try {
-      id = (await api("/api/playground/start", { model: model.value, config: config.value, question: question.value, answer: answer.value,
+      id = (await api("/api/playground/start", { model: model.value, config: config.value, question: question.value, image, answer: answer.value,
         max_turns: turns.value ? Number(turns.value) : null, max_new_tokens: Number(maxNew.value), temperature: Number(temp.value), script: blocks })).id;
     } catch (e) { state.replaceChildren(errorBox(e)); return; }
     runBtn.disabled = true; stopBtn.disabled = false;
@@ -49,7 +66,7 @@ export async function playgroundPage(app) {
     const done = () => { runBtn.disabled = false; stopBtn.disabled = true; };
     listen(`/api/playground/events?id=${id}`, {
       status: e => { state.replaceChildren(h("span", { class: "spinner" }), " " + e.message); },
-      prompt: e => { viewer.addSegment({ role: "prompt", tokens: e.tokens, text: e.text }); },
+      prompt: e => { viewer.addSegment({ role: "prompt", tokens: e.tokens, text: e.text, images: e.images }); },
       model: e => {
         turn += 1;
         viewer.addSegment({ role: "model", tokens: e.tokens, text: e.text, policy_version: 0 });
@@ -59,7 +76,7 @@ export async function playgroundPage(app) {
       tool_calls: e => logEntry(h("b", {}, "tool calls"), e.calls.map(c => h("pre", { class: "mono cell", dataset: { kind: "call" } }, `${c.name}(${JSON.stringify(c.arguments)})`))),
       tool_results: e => logEntry(h("b", {}, "tool results"), e.results.map(r => h("div", {}, badge(r.is_error ? r.status === "ok" ? "error" : r.status : "ok"),
         ` ${r.name} · ${(r.latency_s * 1000).toFixed(1)} ms`, h("pre", { class: "mono cell", dataset: { kind: "result" } }, r.text)))),
-      observation: e => { viewer.addSegment({ role: "observation", tokens: e.tokens, text: e.text }); },
+      observation: e => { viewer.addSegment({ role: "observation", tokens: e.tokens, text: e.text, images: e.images }); },
       trajectory: e => {
         const final = renderTrajectory(e.view);
         live.replaceChildren(final.el);

@@ -211,18 +211,21 @@ export function renderTrajectory(view, { live = false } = {}) {
   function firstModel() { const i = flat.findIndex(t => t.role === "model"); return i < 0 ? 0 : i; }
 }
 
-// The pictures a prompt or observation segment's image pads stand for, in order, from the run's
-// trajectories/images/ (a live view with no run shows each one's size only).
+// The pictures a prompt or observation segment's image pads stand for, in order: each one's `src`
+// where the view carries its bytes (a playground rollout), else from the run's trajectories/images/
+// (a live view with no run shows each one's size only).
 const IMAGE_EXT = { "image/png": "png", "image/jpeg": "jpg" };
+const DATA_IMAGE = /^data:image\/(png|jpeg);base64,/;
 function segImages(images, runId) {
   if (!images || !images.length) return null;
   return h("div", { class: "seg-images" }, images.map((im, k) => {
     const label = `image ${k + 1}: ${im.width}×${im.height} px, ${im.mime}, sha256 ${String(im.sha256).slice(0, 12)}`;
     const ext = IMAGE_EXT[im.mime];
-    if (!runId || !ext) return h("span", { class: "muted seg-image-missing" }, `[${label}]`);
+    const src = typeof im.src === "string" && DATA_IMAGE.test(im.src) ? im.src
+      : runId && ext ? `/api/run/image?${qs({ run: runId, name: `${im.sha256}.${ext}` })}` : null;
+    if (!src) return h("span", { class: "muted seg-image-missing" }, `[${label}]`);
     return h("figure", { class: "seg-image" },
-      h("img", { src: `/api/run/image?${qs({ run: runId, name: `${im.sha256}.${ext}` })}`, alt: label, title: label,
-        width: im.width, height: im.height }),
+      h("img", { src, alt: label, title: label, width: im.width, height: im.height }),
       h("figcaption", { class: "muted" }, `${im.width}×${im.height}`));
   }));
 }
