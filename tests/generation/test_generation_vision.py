@@ -59,8 +59,9 @@ async def roll(gen: LocalGenerator, tm: QwenVLToolManager, name: str, seed: int,
     return Trajectory(f"{name}-0", name, segments=segments)
 
 
-def rollouts(model, tm, session: bool = True) -> tuple[list[Trajectory], list[torch.Tensor], LocalGenerator]:
-    gen = LocalGenerator(model, 0, tokenizer=tm.tokenizer, pixels=tm)
+def rollouts(model, tm, session: bool = True,
+             device: str = "cpu") -> tuple[list[Trajectory], list[torch.Tensor], LocalGenerator]:
+    gen = LocalGenerator(model, 0, tokenizer=tm.tokenizer, pixels=tm, device=device)
     grids: list[torch.Tensor] = []
     hook = model.model.visual.register_forward_hook(lambda m, args, kwargs, out: grids.append(kwargs["grid_thw"]),
                                                     with_kwargs=True)
