@@ -5,7 +5,7 @@ On CPU, in minutes: warm-start `tiny-vl:1m-compact` on the visual env's solver d
 with GRPO, evaluate again; then the same for the control run, whose `zoom` answers with text only
 (`env.options.tool_images: false`). Prints held-out accuracy and zoom rate for each stage: GRPO
 should pay for zooming in the run that sees the zoomed pixels, and cannot in the control (its
-prompts' pictures show no digit: `ink: checker`)."""
+prompts' pictures show no code: `ink: code`)."""
 
 from __future__ import annotations
 

@@ -14,8 +14,9 @@ comparison shows what the pictures bring. The solver (demonstrations for `rlfact
 a window centred on the square and answers; its tool message holds what zoom returned, the
 zoomed picture included (an image part), so `rlfactory sft` trains with the pixels.
 
-Options for a demo a tiny model learns from on a CPU (examples/visual_demo.yaml): `ink: checker`
-(the shrunk copy is byte-identical whatever the digit), `id_style: code`, `episode_picture` (zoom
+Options for a demo a tiny model learns from on a CPU (examples/visual_demo.yaml): `ink: code`
+(the digit is a code shown by the square's fine checker; the shrunk copy is byte-identical
+whatever the code; `checker` draws the digit so), `id_style: code`, `episode_picture` (zoom
 without a picture id), `solver_zoom`, `guess_rate` (demonstrations that guess without looking).
 
 The env needs a vision-language model family (`qwen2_5_vl` / `qwen3_vl`, e.g. `tiny-vl:1m`):
