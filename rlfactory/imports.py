@@ -18,6 +18,15 @@ from typing import Any
 
 from rlfactory.config import ConfigError, did_you_mean
 
+
+def make_config_folder_importable(path: str | Path) -> None:
+    """Put the folder of the config file `path` first on sys.path: `tools.python: [module:function]`,
+    `env.name: module:Class`, `env.module` and reward terms named `module:function` may live in
+    files next to the config."""
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+
 __all__ = ["did_you_mean", "import_module_named", "import_ref", "where"]
 
 

@@ -4,21 +4,13 @@ and `tools`, so that what works under one command works under all."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlfactory.imports import make_config_folder_importable
+
 if TYPE_CHECKING:
     from rlfactory.config import RunConfig
-
-
-def make_config_folder_importable(path: str | Path) -> None:
-    """Put the folder of the config file `path` first on sys.path: `tools.python: [module:function]`,
-    `env.name: module:Class`, `env.module` and reward terms named `module:function` may live in
-    files next to the config."""
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
 
 
 def load_run_config(path: str, overrides: list[str] | None) -> Any:

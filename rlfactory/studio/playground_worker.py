@@ -56,7 +56,7 @@ def build_config(req: dict[str, Any]) -> Any:
             data = raw
             # module:function names (tools.python, env.name, reward terms) import from the config's
             # folder, as on the command line
-            from rlfactory.cli.common import make_config_folder_importable
+            from rlfactory.imports import make_config_folder_importable
 
             make_config_folder_importable(path)
     else:
