@@ -3,8 +3,8 @@ the visual env's solver demonstrations and, every `--every` steps, the teacher-f
 measure of benchmarks/visual_reading.py on 100 training and 100 held-out pictures: P(zoom), and how
 often the model's most likely digit after the solver's zoom is the right one (chance 10%).
 
-It is how the demo's config was chosen: a drawn digit (`ink: checker`, or `solid`) stayed at chance
-with every demonstration zooming, while the code ink read by a zoom inside the square did not.
+It shows why the demo draws a code and not a digit: with every demonstration zooming, a drawn digit
+(`ink: checker`) stays at chance, while the code ink is read.
 Learning, not speed: the machine's load does not change its figures (one seed each).
 
 Run:  .venv/bin/python benchmarks/visual_reading_curve.py [--config examples/visual_demo.yaml]

@@ -18,6 +18,8 @@ from typing import Any
 
 from rlfactory.config import ConfigError, did_you_mean
 
+__all__ = ["did_you_mean", "import_module_named", "import_ref", "make_config_folder_importable", "where"]
+
 
 def make_config_folder_importable(path: str | Path) -> None:
     """Put the folder of the config file `path` first on sys.path: `tools.python: [module:function]`,
@@ -26,8 +28,6 @@ def make_config_folder_importable(path: str | Path) -> None:
     folder = str(Path(path).resolve().parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-
-__all__ = ["did_you_mean", "import_module_named", "import_ref", "where"]
 
 
 _OWN = str(Path(__file__).resolve().parent)

@@ -70,6 +70,8 @@ PATCH_W, PATCH_H = 3 * SCALE + 2 * MARGIN, 5 * SCALE + 2 * MARGIN  # 13 x 19 px
 CHECKER_SCALE = 4
 CHECKER_W, CHECKER_H = 3 * CHECKER_SCALE + 2 * MARGIN, 5 * CHECKER_SCALE + 2 * MARGIN  # 16 x 24 px
 INKS = ("solid", "checker", "code")
+CELL_INKS = ("checker", "code")
+"""Inks drawn in 2x2 px checker cells: their squares sit at 4k + 2 (MARGIN off a CHECKER_SCALE grid)."""
 CHECKER_CONTRAST = 70
 CODE_OFFSETS = ((-115, -115, -115), (-115, 0, 0), (-58, -115, 0), (-115, 58, -58), (0, -115, -115),
                 (0, -115, 115), (-58, 115, 0), (-115, 115, 58), (-115, 0, -115), (-115, -58, 115))
@@ -126,7 +128,7 @@ class Item:
 
 def square_size(ink: str = "solid") -> tuple[int, int]:
     """The digit square's width and height in pixels for an ink style."""
-    return (CHECKER_W, CHECKER_H) if ink in ("checker", "code") else (PATCH_W, PATCH_H)
+    return (CHECKER_W, CHECKER_H) if ink in CELL_INKS else (PATCH_W, PATCH_H)
 
 
 def code_colour(colour: str) -> np.ndarray:
@@ -187,11 +189,11 @@ def make_items(seed: int, n_train: int, n_test: int, size: int, ink: str = "soli
     code` every picture gets a distinct code of 3 digits (4 past 900 pictures), drawn alike for
     both splits."""
     w, h = square_size(ink)
-    if size < max(w, h) + (MARGIN if ink in ("checker", "code") else 0) + 1:
+    if size < max(w, h) + (MARGIN if ink in CELL_INKS else 0) + 1:
         raise ValueError(f"visual env: size {size} is too small for a {w}x{h} px square")
     if id_style == "code" and n_train + n_test > 9000:
         raise ValueError(f"visual env: id_style code names at most 9000 pictures, got {n_train + n_test}")
-    step, offset = (CHECKER_SCALE, MARGIN) if ink in ("checker", "code") else (1, 0)
+    step, offset = (CHECKER_SCALE, MARGIN) if ink in CELL_INKS else (1, 0)
     step = place_step or step
     names = palette(colours)
     places = ((size - w - offset) // step + 1) * ((size - h - offset) // step + 1)
@@ -264,7 +266,7 @@ class VisualEnv(Env):
             raise ValueError(f"visual env: ink must be one of {', '.join(INKS)}, got {ink!r}")
         if id_style not in ("split", "code"):
             raise ValueError(f"visual env: id_style must be split or code, got {id_style!r}")
-        unit = CHECKER_SCALE if ink in ("checker", "code") else 1
+        unit = CHECKER_SCALE if ink in CELL_INKS else 1
         if place_step is not None and (not isinstance(place_step, int) or place_step < 1 or place_step % unit):
             raise ValueError(f"visual env: place_step must be a positive multiple of {unit} with {ink} ink, "
                              f"got {place_step!r}")
