@@ -37,7 +37,7 @@ async def run_sft(cfg) -> list[dict]:
     async with open_rollout(cfg, reward_mode=checks.reward_mode, check_splits=checks.check_splits) as session:
         specs = session.runner.specs()
         label = cfg.env.name
-        demos = write_demonstrations(session.env, session.tool_manager, specs, cfg.sft.demos, label)
+        demos = write_demonstrations(session.env, session.tool_manager, specs, cfg.sft.demos, label, seed=cfg.sft.seed)
         tokens = sum(len(d.input_ids) for d in demos)
         per_step = min(cfg.sft.batch_size, len(demos)) * tokens / len(demos)
         print(f"sft: {len(demos)} demonstrations, {tokens} tokens (mean {tokens / len(demos):.0f}); "

@@ -11,6 +11,7 @@ must implement every member itself. `make_env` checks either kind and names what
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -80,8 +81,20 @@ class Env(Protocol):
 
     def solve(self, row: dict[str, Any]) -> list[Message]:
         """A demonstration for warm-start SFT: the opening messages of `reset(row)`, then assistant
-        turns with `tool_calls`, `tool` turns holding the real tool results, and the final answer."""
+        turns with `tool_calls`, `tool` turns holding the real tool results, and the final answer.
+        An assistant message may carry `"guess": text`, the part of its content that is a guess
+        (an answer given without the tools): SFT then learns the turn but not the guessed text,
+        which would teach the model to state values without evidence and, in a tiny model, keeps
+        it from learning to read them off tool results (issue 29: the search env's guesses)."""
         raise NotImplementedError(f"env {self.name!r} has no solver")
+
+    def augment_demo(self, row: dict[str, Any], messages: list[Message], rng: random.Random) -> list[Message] | None:
+        """A variant of `solve(row)`'s demonstration `messages` for one visit of warm-start SFT
+        (e.g. the search env's `counterfactual_rate`: the fact read off the last result rewritten,
+        in that result and in the answer), or None to train on the demonstration as written (the
+        default). Build new messages: `messages` is the written demonstration, shared by every
+        visit. `rng` is the visit's own generator, so a run's batches stay reproducible."""
+        return None
 
     def close(self) -> None:
         """Release what the env started (servers, temp dirs). Safe to call twice."""

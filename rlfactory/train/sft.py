@@ -20,6 +20,7 @@ import itertools
 import json
 import math
 import os
+import random
 import shutil
 import time
 from pathlib import Path
@@ -51,41 +52,90 @@ def _arguments(raw: Any) -> dict[str, Any]:
     return json.loads(raw) if isinstance(raw, str) else dict(raw or {})
 
 
+GUESSES = "guesses"
+"""`Trajectory.info` key of a demonstration: the indexes of its segments that hold guessed text
+(an assistant message's `guess`), which no SFT step learns, full-text steps included."""
+
+
+def _segment_spans(messages: list[dict[str, Any]], first: int) -> list[tuple[int, int]]:
+    """The message span each segment of `demo_to_trajectory` renders: the prompt, each assistant
+    message, each run of tool messages that the model speaks after."""
+    spans, i = [(0, first)], first
+    while i < len(messages):
+        j = i + 1
+        if messages[i]["role"] == "tool":
+            while j < len(messages) and messages[j]["role"] == "tool":
+                j += 1
+            if j == len(messages):
+                break
+        spans.append((i, j))
+        i = j
+    return spans
+
+
 def demo_to_trajectory(messages: list[dict[str, Any]], tool_manager: ToolManager, tools: Sequence[ToolSpec],
-                       demo_id: str = "demo") -> Trajectory:
-    """The token-level trajectory of one demonstration conversation."""
+                       demo_id: str = "demo", reuse: tuple[list[dict[str, Any]], Trajectory] | None = None) -> Trajectory:
+    """The token-level trajectory of one demonstration conversation. `reuse`: a demonstration
+    already rendered with the same ToolManager and tools (its messages and trajectory); the
+    segments of messages it shares at the same places are taken from it, not rendered again."""
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
     if first is None:
         raise ValueError(f"demonstration {demo_id}: no assistant turn")
+    done: dict[tuple[int, int], Segment] = {}
+    if reuse is not None and not reuse[1].info.get(GUESSES):  # (a guess's turn is split in several segments)
+        old, traj = reuse
+        old_first = next(i for i, m in enumerate(old) if m["role"] == "assistant")
+        done = {span: seg for span, seg in zip(_segment_spans(old, old_first), traj.segments, strict=True)
+                if messages[span[0]:span[1]] == old[span[0]:span[1]]}
     vision = isinstance(tool_manager, VisionToolManager)
-    if vision:
-        prompt = tool_manager.render_prompt_images(messages[:first], tools)
-        segments = [Segment("prompt", prompt.ids, images=prompt.images or None)]
-    else:
-        segments = [Segment("prompt", tool_manager.render_prompt(messages[:first], tools))]
-    i = first
-    while i < len(messages):
-        m = messages[i]
-        if m["role"] == "assistant":
-            calls = [ToolCall(c["function"]["name"], _arguments(c["function"].get("arguments")))
-                     for c in m.get("tool_calls") or []]
-            turn = ModelTurn(calls=calls, content=m.get("content") or "")
-            segments.append(Segment("model", tool_manager.model_turn_ids(turn)))
-            i += 1
-        elif m["role"] == "tool":
-            results = []
-            while i < len(messages) and messages[i]["role"] == "tool":
-                results.append(_tool_result(messages[i]["content"], demo_id))
-                i += 1
-            if i < len(messages) and vision:  # an observation only matters if the model speaks after it
+    segments, guesses = [], []
+    for i, j in _segment_spans(messages, first):
+        if (i, j) in done:
+            segments.append(done[(i, j)])
+        elif i == 0 and vision:
+            prompt = tool_manager.render_prompt_images(messages[:first], tools)
+            segments.append(Segment("prompt", prompt.ids, images=prompt.images or None))
+        elif i == 0:
+            segments.append(Segment("prompt", tool_manager.render_prompt(messages[:first], tools)))
+        elif messages[i]["role"] == "assistant":
+            turn = _assistant_segments(messages[i], tool_manager, demo_id)
+            guesses += [len(segments) + k for k, seg in enumerate(turn) if seg.role == "observation"]
+            segments.extend(turn)
+        elif messages[i]["role"] == "tool":
+            results = [_tool_result(m["content"], demo_id) for m in messages[i:j]]
+            if vision:
                 obs = tool_manager.render_observation_images(results)
                 segments.append(Segment("observation", obs.ids, images=obs.images or None))
-            elif i < len(messages):
+            else:
                 segments.append(Segment("observation", tool_manager.render_observation(results)))
         else:
-            raise ValueError(f"demonstration {demo_id}: unexpected {m['role']!r} message after the first assistant turn")
-    turns = sum(s.role == "model" for s in segments)
-    return Trajectory(id=demo_id, group=demo_id, segments=segments, turns=turns)
+            raise ValueError(f"demonstration {demo_id}: unexpected {messages[i]['role']!r} message after the first assistant turn")
+    turns = sum(messages[i]["role"] == "assistant" for i, _ in _segment_spans(messages, first))
+    return Trajectory(id=demo_id, group=demo_id, segments=segments, turns=turns, info={GUESSES: guesses} if guesses else {})
+
+
+def _assistant_segments(m: dict[str, Any], tool_manager: ToolManager, demo_id: str) -> list[Segment]:
+    """The model segment of one assistant message; for a message with `guess` (the part of its
+    content that is a guess, e.g. an answer given without searching), the guessed tokens as an
+    observation segment between the turn's other tokens, so that SFT learns the turn (answer at
+    once, in the right format) but not the guessed value (Env.solve)."""
+    calls = [ToolCall(c["function"]["name"], _arguments(c["function"].get("arguments"))) for c in m.get("tool_calls") or []]
+    content = m.get("content") or ""
+    ids = tool_manager.model_turn_ids(ModelTurn(calls=calls, content=content))
+    guess = m.get("guess")
+    if not guess:
+        return [Segment("model", ids)]
+    if not isinstance(guess, str) or guess not in content:
+        raise ValueError(f"demonstration {demo_id}: an assistant message's guess {guess!r} is not part of its content")
+    bare = tool_manager.model_turn_ids(ModelTurn(calls=calls, content=content.replace(guess, "", 1)))
+    head = next((k for k, (a, b) in enumerate(zip(ids, bare)) if a != b), min(len(ids), len(bare)))
+    tail = next((k for k, (a, b) in enumerate(zip(ids[head:][::-1], bare[head:][::-1])) if a != b),
+                min(len(ids), len(bare)) - head)
+    middle = ids[head:len(ids) - tail]
+    if not middle:
+        return [Segment("model", ids)]
+    return [s for s in (Segment("model", ids[:head]), Segment("observation", middle),
+                        Segment("model", ids[len(ids) - tail:])) if s.token_ids]
 
 
 def _tool_result(content: Any, demo_id: str) -> ToolResult:
@@ -130,12 +180,52 @@ def demo_problem(calls: Sequence[ToolCall], tools: Sequence[ToolSpec]) -> str | 
     return None
 
 
+class Demonstrations(Sequence[Trajectory]):
+    """The demonstrations `write_demonstrations` wrote, as trajectories. Iterating gives them as
+    written; indexing (what `sft_train` does for each visit) gives the env's variant of one where
+    the env rewrites demonstrations (`Env.augment_demo`), re-rendered through the run's
+    ToolManager, each visit with its own generator seeded from `seed` and the visit count (so a
+    run's batches stay reproducible), and the written one otherwise."""
+
+    def __init__(self, env: Env, tool_manager: ToolManager, seed: int = 0) -> None:
+        self.env, self.tool_manager, self.seed = env, tool_manager, seed
+        self._written: list[tuple[dict[str, Any], list[dict[str, Any]], Sequence[ToolSpec], Trajectory]] = []
+        self.visits = 0
+        self.augmented = 0
+        """Visits that trained on a variant (for the run's log)."""
+
+    def add(self, row: dict[str, Any], messages: list[dict[str, Any]], tools: Sequence[ToolSpec], traj: Trajectory) -> None:
+        self._written.append((row, messages, tools, traj))
+
+    def __len__(self) -> int:
+        return len(self._written)
+
+    def __iter__(self):
+        return (w[3] for w in self._written)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [w[3] for w in self._written[i]]
+        row, messages, tools, traj = self._written[i]
+        augment = getattr(self.env, "augment_demo", None)
+        if augment is None:
+            return traj
+        rng = random.Random(f"augment:{self.seed}:{self.visits}")
+        self.visits += 1
+        variant = augment(row, messages, rng)
+        if variant is None:
+            return traj
+        self.augmented += 1
+        return demo_to_trajectory(variant, self.tool_manager, tools, demo_id=traj.id, reuse=(messages, traj))
+
+
 def write_demonstrations(env: Env, tool_manager: ToolManager, tools: Sequence[ToolSpec], n: int,
-                         env_label: str | None = None) -> list[Trajectory]:
+                         env_label: str | None = None, seed: int = 0) -> Demonstrations:
     """`n` demonstrations from the env's train split (rows cycled), skipping rows the solver cannot
     solve (it raises ValueError/RuntimeError for those). A demonstration that calls a tool the run
     does not have, or with arguments its schema refuses, is a ConfigError naming the row: the
-    model would be taught calls that can only fail."""
+    model would be taught calls that can only fail. `seed` seeds the env's per-visit variants
+    (`Demonstrations`)."""
     from rlfactory.config import ConfigError
     from rlfactory.rollout.engine import row_tool_specs
 
@@ -143,7 +233,7 @@ def write_demonstrations(env: Env, tool_manager: ToolManager, tools: Sequence[To
     rows = env.load_split("train")
     if not rows:
         raise ValueError(f"env {label!r}: empty train split, nothing to demonstrate")
-    demos: list[Trajectory] = []
+    demos = Demonstrations(env, tool_manager, seed)
     skipped = 0
     for k in range(n):
         row = rows[k % len(rows)]
@@ -157,8 +247,8 @@ def write_demonstrations(env: Env, tool_manager: ToolManager, tools: Sequence[To
         if problem is not None:
             ident = f" (id {row['id']!r})" if isinstance(row, dict) and "id" in row else ""
             raise ConfigError(f"env {label!r}: solve() of train row {k % len(rows)}{ident} {problem}")
-        demos.append(demo_to_trajectory(messages, tool_manager, row_tools, demo_id=f"demo-{k}"))
-    if not demos:
+        demos.add(row, messages, row_tools, demo_to_trajectory(messages, tool_manager, row_tools, demo_id=f"demo-{k}"))
+    if not len(demos):
         raise ValueError(f"env {env.name!r}: the solver could not solve any of {n} rows")
     return demos
 
@@ -166,8 +256,21 @@ def write_demonstrations(env: Env, tool_manager: ToolManager, tools: Sequence[To
 def full_text_view(traj: Trajectory, image_token_id: int | None = None) -> Trajectory:
     """`traj` with every token after the first as one model segment (for loss on the whole text).
     With images, each run of image pads (`image_token_id`, the model's) stays out of the loss as an
-    observation segment, the images of its original segment on the first such run (in order)."""
+    observation segment, the images of its original segment on the first such run (in order). A
+    demonstration's guessed text (`info["guesses"]`: its segment indexes) stays out of it too."""
     ids = traj.input_ids
+    guesses = set(traj.info.get(GUESSES) or ())
+    if guesses and not traj.images():
+        segments, run = [Segment("prompt", ids[:1])], list(ids[1:len(traj.segments[0].token_ids)])
+        for k, seg in enumerate(traj.segments[1:], start=1):
+            if k in guesses:
+                segments += [Segment("model", run)] if run else []
+                segments.append(Segment("observation", list(seg.token_ids)))
+                run = []
+            else:
+                run += seg.token_ids
+        segments += [Segment("model", run)] if run else []
+        return Trajectory(id=traj.id, group=traj.id, segments=segments, turns=1)
     if not traj.images():
         return Trajectory(id=traj.id, group=traj.id, segments=[Segment("prompt", ids[:1]), Segment("model", ids[1:])],
                           turns=1)

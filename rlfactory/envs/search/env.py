@@ -14,6 +14,7 @@ Reward: exact match with Search-R1's normalisation (0.9) + format (0.1).
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from rlfactory.envs.registry import register_env
 from rlfactory.envs.search.mcp_server import search_sync
 from rlfactory.envs.search.prompts import opening_messages
 from rlfactory.envs.search.service import RetrieverProcess
-from rlfactory.envs.search.world import WorldFiles, extract_fact, make_world, write_world
+from rlfactory.envs.search.world import RELATIONS, WorldFiles, extract_fact, make_world, write_world
 from rlfactory.rewards.base import Reward
 from rlfactory.rewards.rule import RuleReward
 from rlfactory.rewards.text import normalize_answer
@@ -41,7 +42,13 @@ class SearchEnv(Env):
     `max_hops` (2), `data_dir` (where to write it; default a temp dir removed on close); for
     demonstrations: `guess_rate` (0.0), the share of rows on which the solver answers without
     searching, with the answer of another train question of the same kind (what a model without
-    the tool can do), so that a warm start imitates a policy that searches only some of the time."""
+    the tool can do), so that a warm start imitates a policy that searches only some of the time
+    (a guess is marked: SFT learns to answer at once, not the guessed value);
+    `counterfactual_rate` (0.0), for the generated world: the share of SFT visits of a searched
+    demonstration that train on a counterfactual variant, the fact its last search found replaced,
+    in that result and in the answer, by another value of the same relation in the train world (a
+    birth year by another year, a city by another city), so that the warm start learns to read the
+    answer off the result rather than to recall it (each visit draws anew: `augment_demo`)."""
 
     name = "search"
 
@@ -49,13 +56,17 @@ class SearchEnv(Env):
                  corpus: str | None = None, retriever_url: str | None = None, topk: int = 3, max_turns: int = 4,
                  system_prompt: str | None = None, searchr1_single_turn: bool = False, seed: int = 0, n_train_entities: int = 200,
                  n_test_entities: int = 50, max_hops: int = 2, data_dir: str | None = None, guess_rate: float = 0.0,
-                 **options: Any) -> None:
+                 counterfactual_rate: float = 0.0, **options: Any) -> None:
         if options:
             raise TypeError(f"search env: unknown option(s) {', '.join(sorted(options))}")
         self.family = family or "qwen3"
         if not 0.0 <= guess_rate <= 1.0:
             raise ValueError(f"search env: guess_rate must be within [0, 1], got {guess_rate}")
         self.guess_rate = guess_rate
+        if not 0.0 <= counterfactual_rate <= 1.0:
+            raise ValueError(f"search env: counterfactual_rate must be within [0, 1], got {counterfactual_rate}")
+        self.counterfactual_rate = counterfactual_rate
+        self._values: dict[str, list[str]] = {}  # relation -> its values in the train world (counterfactuals)
         self._guesses: dict[tuple[str, ...], list[str]] | None = None
         self.topk, self.max_turns, self.system_prompt = topk, max_turns, system_prompt
         self.searchr1_single_turn = searchr1_single_turn
@@ -72,6 +83,10 @@ class SearchEnv(Env):
             if self._tmp:
                 weakref.finalize(self, shutil.rmtree, self._tmp, True)
             world = make_world(seed, n_train_entities, n_test_entities, max_hops=max_hops)
+            for entity in world.entities("train"):
+                for rel, value in world.facts[entity].items():
+                    self._values.setdefault(rel, []).append(value)
+            self._values = {rel: sorted(set(v)) for rel, v in self._values.items()}
             self.files = write_world(world, out)
             self.data = {"train": str(self.files.train), "test": str(self.files.test)}
             self.corpus = str(self.files.corpus)
@@ -124,8 +139,8 @@ class SearchEnv(Env):
         messages = self.reset(row)
         subject, relations = info.get("subject"), list(info.get("relations") or [])
         guess = self._guess(row, tuple(relations))
-        if guess is not None:
-            messages.append(self.answer_message(guess))
+        if guess is not None:  # the value is a guess: SFT learns to answer at once, not to say this value
+            messages.append({**self.answer_message(guess), "guess": guess})
             return messages
         if subject and relations:
             entity = subject
@@ -143,6 +158,34 @@ class SearchEnv(Env):
                 raise ValueError("search env solver: no ground-truth answer in the search results")
         messages.append(self.answer_message(answer))
         return messages
+
+    def augment_demo(self, row: dict[str, Any], messages: list[dict[str, Any]],
+                     rng: random.Random) -> list[dict[str, Any]] | None:
+        """With probability `counterfactual_rate`, a counterfactual variant of a searched
+        generated-world demonstration: the value its last search's result states for the last
+        relation of the row's chain, replaced there and in the answer by another value of that
+        relation from the train world. Guesses and rows of brought data stay as written (None)."""
+        relations = list((row.get("extra_info") or {}).get("relations") or [])
+        if self.counterfactual_rate <= 0.0 or not relations or not self._values:
+            return None
+        last = max((i for i, m in enumerate(messages) if m["role"] == "tool"), default=None)
+        if last is None or rng.random() >= self.counterfactual_rate:
+            return None
+        rel = relations[-1]
+        subject = messages[last - 1]["tool_calls"][0]["function"]["arguments"]["query"]
+        text = messages[last]["content"]
+        m = re.search(RELATIONS[rel].pattern.replace("{x}", re.escape(subject)), text)
+        pool = self._values.get(rel, [])
+        if m is None or len(pool) < 2:
+            return None
+        value = m.group(1)
+        new = value
+        while new == value:
+            new = rng.choice(pool)
+        out = list(messages)
+        out[last] = {**messages[last], "content": text[:m.start(1)] + new + text[m.end(1):]}
+        out[-1] = self.answer_message(new)
+        return out
 
     def _guess(self, row: dict[str, Any], kind: tuple[str, ...]) -> str | None:
         """For a train row, with probability `guess_rate` (fixed per row), a guessed answer: the
