@@ -83,8 +83,11 @@ def test_every_relation_has_values_to_draw_from(env):
     assert all(len(v) >= 2 for v in env._values.values())
 
 
-def test_the_solver_marks_its_guesses_and_only_them():
+def test_the_solver_marks_its_guesses_and_only_them_when_asked():
     with make_env("search", seed=1, n_train_entities=30, n_test_entities=10, guess_rate=0.5) as e:
+        assert not any("guess" in d[-1] for d in (e.solve(r) for r in e.load_split("train")))  # the default
+    with make_env("search", seed=1, n_train_entities=30, n_test_entities=10, guess_rate=0.5,
+                  learn_guesses=False) as e:
         demos = [e.solve(r) for r in e.load_split("train")]
         guesses = [d for d in demos if not any(m.get("tool_calls") for m in d)]
         assert guesses and len(guesses) < len(demos)

@@ -43,7 +43,8 @@ class SearchEnv(Env):
     demonstrations: `guess_rate` (0.0), the share of rows on which the solver answers without
     searching, with the answer of another train question of the same kind (what a model without
     the tool can do), so that a warm start imitates a policy that searches only some of the time
-    (a guess is marked: SFT learns to answer at once, not the guessed value);
+    (`learn_guesses` (true): false marks each guess, so that SFT learns to answer at once but not
+    the guessed value: Env.solve);
     `counterfactual_rate` (0.0), for the generated world: the share of SFT visits of a searched
     demonstration that train on a counterfactual variant, the fact its last search found replaced,
     in that result and in the answer, by another value of the same relation in the train world (a
@@ -56,13 +57,14 @@ class SearchEnv(Env):
                  corpus: str | None = None, retriever_url: str | None = None, topk: int = 3, max_turns: int = 4,
                  system_prompt: str | None = None, searchr1_single_turn: bool = False, seed: int = 0, n_train_entities: int = 200,
                  n_test_entities: int = 50, max_hops: int = 2, data_dir: str | None = None, guess_rate: float = 0.0,
-                 counterfactual_rate: float = 0.0, **options: Any) -> None:
+                 counterfactual_rate: float = 0.0, learn_guesses: bool = True, **options: Any) -> None:
         if options:
             raise TypeError(f"search env: unknown option(s) {', '.join(sorted(options))}")
         self.family = family or "qwen3"
         if not 0.0 <= guess_rate <= 1.0:
             raise ValueError(f"search env: guess_rate must be within [0, 1], got {guess_rate}")
         self.guess_rate = guess_rate
+        self.learn_guesses = learn_guesses
         if not 0.0 <= counterfactual_rate <= 1.0:
             raise ValueError(f"search env: counterfactual_rate must be within [0, 1], got {counterfactual_rate}")
         self.counterfactual_rate = counterfactual_rate
@@ -139,8 +141,9 @@ class SearchEnv(Env):
         messages = self.reset(row)
         subject, relations = info.get("subject"), list(info.get("relations") or [])
         guess = self._guess(row, tuple(relations))
-        if guess is not None:  # the value is a guess: SFT learns to answer at once, not to say this value
-            messages.append({**self.answer_message(guess), "guess": guess})
+        if guess is not None:
+            mark = {} if self.learn_guesses else {"guess": guess}  # marked: SFT learns to answer at once, not this value
+            messages.append({**self.answer_message(guess), **mark})
             return messages
         if subject and relations:
             entity = subject
