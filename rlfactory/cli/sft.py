@@ -56,6 +56,9 @@ async def run_sft(cfg) -> list[dict]:
                                     pixels=tm if isinstance(tm, PixelSource) else None)
             finally:
                 report.close()
+        if demos.augmented:
+            print(f"sft: {demos.augmented} of {demos.visits} visits trained on the env's variant of a demonstration "
+                  "(augment_demo)", file=sys.stderr)
         save_model_atomically(session.model, session.tokenizer, out / "model")
         await _check_warm_start(cfg, session, out, label)
     return history

@@ -257,7 +257,8 @@ def full_text_view(traj: Trajectory, image_token_id: int | None = None) -> Traje
     """`traj` with every token after the first as one model segment (for loss on the whole text).
     With images, each run of image pads (`image_token_id`, the model's) stays out of the loss as an
     observation segment, the images of its original segment on the first such run (in order). A
-    demonstration's guessed text (`info["guesses"]`: its segment indexes) stays out of it too."""
+    demonstration's guessed text (`info["guesses"]`: its segment indexes) stays out of it too
+    (demonstrations without images; with images, only their pads stay out)."""
     ids = traj.input_ids
     guesses = set(traj.info.get(GUESSES) or ())
     if guesses and not traj.images():

@@ -157,3 +157,16 @@ def test_demonstrations_that_call_what_the_tools_cannot_take_stop_sft(tmp_path, 
     assert err[0].startswith(f"rlfactory: config error: env '{module}:SolverEnv': solve() of train row 0 (id 'r0') "
                              + expected)
     assert not (tmp_path / "sft" / "model").exists()
+
+
+def test_sft_on_the_search_env_trains_on_counterfactual_visits_and_says_so(tmp_path, capsys):
+    out = tmp_path / "sft"
+    assert main(["sft", str(EXAMPLES / "demo.yaml"), "sft.steps=3", "sft.demos=16", "sft.batch_size=8",
+                 "sft.full_text_steps=1", f"sft.out={out}", "sft.check_rows=0", "env.options.n_train_entities=40",
+                 "env.options.n_test_entities=5", "env.options.counterfactual_rate=1.0",
+                 "env.options.learn_guesses=false"]) == 0
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "trained on the env's variant" in x)
+    visits = int(line.split(" of ")[1].split()[0])
+    assert visits == 3 * 8 and 0 < int(line.split()[1]) < visits  # searched demos vary; guesses stay as written
+    assert (out / "model").is_dir()
