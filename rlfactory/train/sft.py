@@ -89,7 +89,8 @@ def demo_to_trajectory(messages: list[dict[str, Any]], tool_manager: ToolManager
                 if messages[span[0]:span[1]] == old[span[0]:span[1]]}
     vision = isinstance(tool_manager, VisionToolManager)
     segments, guesses = [], []
-    for i, j in _segment_spans(messages, first):
+    spans = _segment_spans(messages, first)
+    for i, j in spans:
         if (i, j) in done:
             segments.append(done[(i, j)])
         elif i == 0 and vision:
@@ -110,7 +111,7 @@ def demo_to_trajectory(messages: list[dict[str, Any]], tool_manager: ToolManager
                 segments.append(Segment("observation", tool_manager.render_observation(results)))
         else:
             raise ValueError(f"demonstration {demo_id}: unexpected {messages[i]['role']!r} message after the first assistant turn")
-    turns = sum(messages[i]["role"] == "assistant" for i, _ in _segment_spans(messages, first))
+    turns = sum(messages[i]["role"] == "assistant" for i, _ in spans)
     return Trajectory(id=demo_id, group=demo_id, segments=segments, turns=turns, info={GUESSES: guesses} if guesses else {})
 
 
@@ -188,7 +189,8 @@ class Demonstrations(Sequence[Trajectory]):
     run's batches stay reproducible), and the written one otherwise."""
 
     def __init__(self, env: Env, tool_manager: ToolManager, seed: int = 0) -> None:
-        self.env, self.tool_manager, self.seed = env, tool_manager, seed
+        self.tool_manager, self.seed = tool_manager, seed
+        self.augment = getattr(env, "augment_demo", None)
         self._written: list[tuple[dict[str, Any], list[dict[str, Any]], Sequence[ToolSpec], Trajectory]] = []
         self.visits = 0
         self.augmented = 0
@@ -207,12 +209,11 @@ class Demonstrations(Sequence[Trajectory]):
         if isinstance(i, slice):
             return [w[3] for w in self._written[i]]
         row, messages, tools, traj = self._written[i]
-        augment = getattr(self.env, "augment_demo", None)
-        if augment is None:
+        if self.augment is None:
             return traj
         rng = random.Random(f"augment:{self.seed}:{self.visits}")
         self.visits += 1
-        variant = augment(row, messages, rng)
+        variant = self.augment(row, messages, rng)
         if variant is None:
             return traj
         self.augmented += 1

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from rlfactory.envs import make_env
-from rlfactory.envs.search.world import RELATIONS
+from rlfactory.envs.search.world import RELATIONS, extract_fact
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,6 @@ def test_a_variant_rewrites_the_last_result_and_the_answer_alike(env):
         assert variant[last]["content"] == demo[last]["content"].replace(f" {old}", f" {new}", 1)
         # the variant is a demonstration of its own world: the solver's reading gives its answer
         subject = variant[last - 1]["tool_calls"][0]["function"]["arguments"]["query"]
-        from rlfactory.envs.search.world import extract_fact
         assert extract_fact(rel, subject, variant[last]["content"]) == new
     assert {"birth_year", "birthplace", "country"} <= seen
 

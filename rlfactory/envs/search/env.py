@@ -14,7 +14,6 @@ Reward: exact match with Search-R1's normalisation (0.9) + format (0.1).
 from __future__ import annotations
 
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from rlfactory.envs.registry import register_env
 from rlfactory.envs.search.mcp_server import search_sync
 from rlfactory.envs.search.prompts import opening_messages
 from rlfactory.envs.search.service import RetrieverProcess
-from rlfactory.envs.search.world import RELATIONS, WorldFiles, extract_fact, make_world, write_world
+from rlfactory.envs.search.world import WorldFiles, extract_fact, find_fact, make_world, write_world
 from rlfactory.rewards.base import Reward
 from rlfactory.rewards.rule import RuleReward
 from rlfactory.rewards.text import normalize_answer
@@ -177,7 +176,7 @@ class SearchEnv(Env):
         rel = relations[-1]
         subject = messages[last - 1]["tool_calls"][0]["function"]["arguments"]["query"]
         text = messages[last]["content"]
-        m = re.search(RELATIONS[rel].pattern.replace("{x}", re.escape(subject)), text)
+        m = find_fact(rel, subject, text)
         pool = self._values.get(rel, [])
         if m is None or len(pool) < 2:
             return None

@@ -52,10 +52,14 @@ CHAINS: dict[tuple[str, ...], str] = {
 }
 
 
+def find_fact(relation: str, subject: str, text: str) -> re.Match[str] | None:
+    """Where `text` (e.g. search results) states `relation` for `subject`: group 1 is the value."""
+    return re.search(RELATIONS[relation].pattern.replace("{x}", re.escape(subject)), text)
+
+
 def extract_fact(relation: str, subject: str, text: str) -> str | None:
     """The value of `relation` for `subject` as stated in `text` (e.g. search results), or None."""
-    pattern = RELATIONS[relation].pattern.replace("{x}", re.escape(subject))
-    m = re.search(pattern, text)
+    m = find_fact(relation, subject, text)
     return m.group(1) if m else None
 
 
