@@ -5,6 +5,8 @@ digit tokens' embeddings (tied: input and output) at their initial values; SEARC
 model-token steps on the demonstrations that searched only.
 
     LR=constant .venv/bin/python benchmarks/credit_probes/year_curve.py OUT [KEY=VALUE ...]
+
+The probe reads 40 searched "When was X born?" trajectories from TRAJ (default: the cf1 run's GRPO trajectories).
 """
 import asyncio, glob, json, os, sys, torch
 from rlfactory.cli.common import load_run_config
