@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import model_validator
 
 from rlfactory.config.base import ConfigPath, Section
@@ -17,7 +19,11 @@ class SftConfig(Section):
     batch_size: int = 32
     """Demonstrations per optimizer step."""
     lr: float = 3e-3
-    """Peak learning rate (AdamW), reached after `warmup_steps` and decayed linearly to 10%."""
+    """Peak learning rate (AdamW), reached after `warmup_steps`; then `lr_schedule`."""
+    lr_schedule: Literal["linear", "constant"] = "linear"
+    """After warm-up: `linear` decays to 10% of `lr` by the last step; `constant` stays at `lr`
+    (a skill that appears late, such as the demo's tiny model copying a year's digits, keeps
+    the rate it needs to form)."""
     full_text_steps: int = 0
     """How many of the first `steps` train on every token of the demonstration, prompt and tool
     results included (like TRL's SFT without `assistant_only_loss`); the rest train on model

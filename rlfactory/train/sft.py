@@ -295,6 +295,8 @@ def full_text_view(traj: Trajectory, image_token_id: int | None = None) -> Traje
 def _lr_factor(step: int, cfg: SftConfig) -> float:
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "constant":
+        return 1.0
     frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
     return 1.0 - 0.9 * min(1.0, frac)
 

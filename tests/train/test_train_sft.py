@@ -64,6 +64,25 @@ def test_sft_learns_the_demonstrated_tokens(tiny):
     assert history[-1]["token_acc"] > history[0]["token_acc"]
 
 
+def test_lr_schedule_linear_decays_to_a_tenth_and_constant_stays(tiny):
+    from transformers import AutoModelForCausalLM
+
+    _, tok = tiny
+    traj = demo_to_trajectory(DEMO, make_tool_manager(tok, "qwen3"), [SEARCH])
+    lrs = {}
+    for schedule in ("linear", "constant"):
+        model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny:1m"))
+        cfg = SftConfig(steps=12, batch_size=1, lr=2e-3, warmup_steps=2, lr_schedule=schedule)
+        lrs[schedule] = [h["lr"] for h in sft_train(model, [traj], tok.pad_token_id, cfg)]
+    # The lr a row reports is the next step's: warm-up ends at step 2, then 10 steps to the end.
+    assert lrs["constant"][1:] == pytest.approx([2e-3] * 11)
+    assert lrs["linear"][:1] == lrs["constant"][:1]
+    assert lrs["linear"][-1] == pytest.approx(2e-4)
+    assert all(a > b for a, b in zip(lrs["linear"][1:], lrs["linear"][2:]))
+    with pytest.raises(ValueError, match="lr_schedule"):
+        SftConfig(lr_schedule="cosine")
+
+
 def _observation_logprob(model, traj, pad_id) -> float:
     """Mean logprob of the observation tokens (the tool result) under `model`."""
     from rlfactory.train.batch import collate
