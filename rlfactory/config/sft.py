@@ -20,10 +20,14 @@ class SftConfig(Section):
     """Demonstrations per optimizer step."""
     lr: float = 3e-3
     """Peak learning rate (AdamW), reached after `warmup_steps`; then `lr_schedule`."""
-    lr_schedule: Literal["linear", "constant"] = "linear"
+    lr_schedule: Literal["linear", "constant", "wsd"] = "linear"
     """After warm-up: `linear` decays to 10% of `lr` by the last step; `constant` stays at `lr`
     (a skill that appears late, such as the demo's tiny model copying a year's digits, keeps
-    the rate it needs to form)."""
+    the rate it needs to form); `wsd` (warm-up, stable, decay) stays at `lr` and then decays
+    linearly to 10% of it over the last `decay_steps` steps (a high rate to form what needs it,
+    then a settling phase)."""
+    decay_steps: int = 100
+    """`lr_schedule: wsd` only: how many of the last steps decay the rate."""
     full_text_steps: int = 0
     """How many of the first `steps` train on every token of the demonstration, prompt and tool
     results included (like TRL's SFT without `assistant_only_loss`); the rest train on model
@@ -55,6 +59,9 @@ class SftConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> "SftConfig":
+        if self.lr_schedule == "wsd" and not 1 <= self.decay_steps <= self.steps - self.warmup_steps:
+            raise ValueError(f"sft.decay_steps must be between 1 and sft.steps - sft.warmup_steps "
+                             f"({self.steps - self.warmup_steps}) for lr_schedule wsd, got {self.decay_steps}")
         if self.micro_batch_tokens is not None:
             if self.micro_batch_tokens < 1:
                 raise ValueError("sft.micro_batch_tokens must be >= 1 (or null for no cap)")

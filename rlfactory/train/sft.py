@@ -297,6 +297,9 @@ def _lr_factor(step: int, cfg: SftConfig) -> float:
         return (step + 1) / cfg.warmup_steps
     if cfg.lr_schedule == "constant":
         return 1.0
+    if cfg.lr_schedule == "wsd":
+        start = cfg.steps - cfg.decay_steps
+        return 1.0 if step < start else 1.0 - 0.9 * min(1.0, (step - start) / cfg.decay_steps)
     frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
     return 1.0 - 0.9 * min(1.0, frac)
 

@@ -83,6 +83,25 @@ def test_lr_schedule_linear_decays_to_a_tenth_and_constant_stays(tiny):
         SftConfig(lr_schedule="cosine")
 
 
+def test_lr_schedule_wsd_holds_then_decays_over_its_last_steps(tiny):
+    from transformers import AutoModelForCausalLM
+
+    _, tok = tiny
+    traj = demo_to_trajectory(DEMO, make_tool_manager(tok, "qwen3"), [SEARCH])
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny:1m"))
+    cfg = SftConfig(steps=12, batch_size=1, lr=2e-3, warmup_steps=2, lr_schedule="wsd", decay_steps=4)
+    lrs = [h["lr"] for h in sft_train(model, [traj], tok.pad_token_id, cfg)]
+    # The lr a row reports is the next step's: warm-up to step 2, stable through step 7, then
+    # steps 8..11 decay linearly to a tenth (step 12, the last row's "next", is at the tenth).
+    assert lrs[:1] == pytest.approx([2e-3])
+    assert lrs[1:8] == pytest.approx([2e-3] * 7)
+    assert lrs[8:] == pytest.approx([2e-3 * (1 - 0.9 * k / 4) for k in (1, 2, 3, 4)])
+    with pytest.raises(ValueError, match="decay_steps"):
+        SftConfig(steps=12, warmup_steps=2, lr_schedule="wsd", decay_steps=11)
+    with pytest.raises(ValueError, match="decay_steps"):
+        SftConfig(steps=12, lr_schedule="wsd", decay_steps=0)
+
+
 def _observation_logprob(model, traj, pad_id) -> float:
     """Mean logprob of the observation tokens (the tool result) under `model`."""
     from rlfactory.train.batch import collate
