@@ -135,6 +135,29 @@ def test_shaping_terms_give_partial_credit_and_count_in_the_total_by_weight():
                                                               "arg_match": 1.0}
 
 
+def test_type_match_counts_arguments_of_the_declared_type_and_weighs_on_its_own():
+    env = BfclEnv(limit=1, type_shaping=0.5)
+    row = env.load_split("simple")[0]  # calculate_triangle_area(base: integer, height: integer, unit: string)
+    (name, args), = answer_calls(row["ground_truth"])[0].items()
+    assert isinstance(args["base"], int)
+    quoted = {k: str(v) if isinstance(v, int) else v for k, v in args.items()}
+    n_int = sum(isinstance(v, int) for v in args.values())
+    cases = [(ToolCalls([ToolCall(name, args)]), 1.0, 1.0),
+             (ToolCalls([ToolCall(name, quoted)]), 0.0, 1 - n_int / len(args)),
+             (ToolCalls([ToolCall(name, {"base": True, "height": 5.5})]), 0.0, 0.0),  # a bool is no integer
+             (ToolCalls([ToolCall(name, {"base": 10, "nobody_asked": "x"})]), 0.0, 1.0),  # not in the schema: not counted
+             (Malformed("bad json"), 0.0, 0.0)]
+    for turn, correct, typed in cases:
+        traj = Trajectory(id="t", group="g", info=env.info(row), turns=1)
+        env.end_episode(traj, turn)
+        score = asyncio.run(env.reward().score(traj))
+        assert score.terms["correct"] == correct and score.terms["type_match"] == pytest.approx(typed), turn
+        assert score.total == pytest.approx(correct + 0.5 * typed)  # shaping 0: the other terms weigh nothing
+    from rlfactory.envs.bfcl.shaping import _type_ok
+    assert _type_ok(3, "float") and not _type_ok(3.5, "integer") and _type_ok([1], "tuple") and _type_ok("x", "any") is None
+    assert "type_match" not in asyncio.run(BfclEnv(limit=1).reward().score(traj)).terms  # off by default
+
+
 def test_bfcl_is_a_built_in_env_name():
     from rlfactory.envs import make_env
 

@@ -21,7 +21,7 @@ from rlfactory.chat.base import Answer, Malformed, ParseResult, ToolCalls
 from rlfactory.envs.base import Env
 from rlfactory.envs.bfcl.data import PromptStyle, load_category, resolve_categories
 from rlfactory.envs.bfcl.score import Decoded, Verdict, answer_calls, check, decode_prompting
-from rlfactory.envs.bfcl.shaping import shaping_terms
+from rlfactory.envs.bfcl.shaping import shaping_terms, type_terms
 from rlfactory.envs.bfcl.split import without_report
 from rlfactory.envs.registry import register_env
 from rlfactory.rewards.base import RewardScore
@@ -52,16 +52,24 @@ def verdict_of(trajectory: Trajectory) -> Verdict:
 
 class BfclReward:
     """`correct`: 1.0 when BFCL's checker accepts the first turn's calls, else 0.0; plus the shaping
-    terms `format`, `name_match`, `arg_match` (shaping.py), each weighted by `shaping` in the total
-    (0: the total is BFCL's verdict alone; accuracy always reads `correct`)."""
+    terms `format`, `name_match`, `arg_match` (shaping.py), each weighted by `shaping` in the total,
+    and `type_match` weighted by `type_shaping` (0, 0: the total is BFCL's verdict alone; accuracy
+    always reads `correct`)."""
 
-    def __init__(self, shaping: float = 0.0) -> None:
+    def __init__(self, shaping: float = 0.0, type_shaping: float = 0.0) -> None:
         self.shaping = float(shaping)
+        self.type_shaping = float(type_shaping)
 
     async def score(self, trajectory: Trajectory) -> RewardScore:
         correct = float(verdict_of(trajectory).valid)
-        terms = shaping_terms(trajectory.info, decoded_of(trajectory))
-        return RewardScore(correct + self.shaping * sum(terms.values()), {"correct": correct, **terms})
+        decoded = decoded_of(trajectory)
+        terms = shaping_terms(trajectory.info, decoded)
+        total = correct + self.shaping * sum(terms.values())
+        if self.type_shaping:
+            typed = type_terms(trajectory.info, decoded)
+            terms |= typed
+            total += self.type_shaping * typed["type_match"]
+        return RewardScore(total, {"correct": correct, **terms})
 
 
 @register_env("bfcl")
@@ -71,7 +79,8 @@ class BfclEnv(Env):
     `test_categories` / `train_categories` (lists or comma-separated; aliases `simple`, `live`,
     `non_live`, `all`), `limit` (entries per category; None: all), `test_limit` (entries per
     category of the test split; default `limit`), `shaping` (weight of each ToolRL-style shaping
-    term in the reward; 0), `train_max_chars` (train on entries whose functions (as JSON) and
+    term in the reward; 0), `type_shaping` (weight of the `type_match` term: arguments of the type
+    the schema declares; 0), `train_max_chars` (train on entries whose functions (as JSON) and
     question are at most this many characters; None: all), `train_limits` (a mapping from a train
     category to the most of its entries the train split keeps, the first ones, after the size
     filter: the mix GRPO's shuffled passes see; categories not named keep all), `family` (unused).
@@ -83,7 +92,8 @@ class BfclEnv(Env):
 
     def __init__(self, *, prompt_style: PromptStyle = "tools", test_categories: Any = TEST_CATEGORIES,
                  train_categories: Any = TRAIN_CATEGORIES, limit: int | None = None,
-                 test_limit: int | None = None, shaping: float = 0.0, train_max_chars: int | None = None,
+                 test_limit: int | None = None, shaping: float = 0.0, type_shaping: float = 0.0,
+                 train_max_chars: int | None = None,
                  train_limits: dict[str, int] | None = None, family: str | None = None,
                  **options: Any) -> None:
         super().__init__(**options)
@@ -96,6 +106,7 @@ class BfclEnv(Env):
         self.limit = limit
         self.test_limit = limit if test_limit is None else test_limit
         self.shaping = float(shaping)
+        self.type_shaping = float(type_shaping)
         self.train_max_chars = train_max_chars
         self.train_limits = dict(train_limits or {})
         unknown = sorted(set(self.train_limits) - set(self.splits["train"]))
@@ -141,7 +152,7 @@ class BfclEnv(Env):
         return [dict(m) for m in row["messages"]]
 
     def reward(self) -> BfclReward:
-        return BfclReward(self.shaping)
+        return BfclReward(self.shaping, self.type_shaping)
 
     def end_episode(self, trajectory: Trajectory, turn: ParseResult) -> Status | None:
         """One turn: record what it called (decoding a `bfcl`-style answer with BFCL's decoder), end."""

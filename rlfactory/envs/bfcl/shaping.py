@@ -8,6 +8,14 @@ verdict. Each term is in [0, 1]; the verdict itself stays BFCL's.
   irrelevance, 1 without a call, else 0).
 - `arg_match`: per expected call, the Jaccard similarity of its argument names with those of the
   best call of the same name (0 when none), averaged over the expected calls.
+
+And, weighted on its own (`type_terms`):
+- `type_match`: the share of the arguments the calls passed whose JSON type is the one the
+  function's schema declares (an integer where it says integer, not the string "10"; an integer
+  also passes for a float, as BFCL's Python checker allows); 1 when no argument was passed, 0 when
+  the turn could not be decoded. An argument the schema does not list, or a type it does not
+  know, is not counted. BFCL's own verdict rejects a quoted number for most functions; some `live_`
+  possible answers accept one, so training on them alone can teach a policy to quote numbers.
 """
 
 from __future__ import annotations
@@ -39,3 +47,38 @@ def shaping_terms(row: dict[str, Any], decoded: Decoded) -> dict[str, float]:
         scores = [_jaccard(set(a) if isinstance(a, dict) else set(), keys) for n, a in calls if n == name]
         per_call.append(max(scores, default=0.0))
     return {"format": 1.0, "name_match": names, "arg_match": sum(per_call) / len(per_call)}
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,), "int": (int,), "float": (int, float), "number": (int, float), "double": (int, float),
+    "string": (str,), "str": (str,), "boolean": (bool,), "bool": (bool,), "array": (list,), "list": (list,),
+    "tuple": (list,), "dict": (dict,), "object": (dict,),
+}
+
+
+def _type_ok(value: Any, declared: Any) -> bool | None:
+    """Whether `value` has the JSON type `declared` names (None: a type this does not know)."""
+    kinds = _TYPES.get(declared) if isinstance(declared, str) else None
+    if kinds is None:
+        return None
+    if isinstance(value, bool) and bool not in kinds:  # True is an int to Python, not to a schema
+        return False
+    return isinstance(value, kinds)
+
+
+def type_terms(row: dict[str, Any], decoded: Decoded) -> dict[str, float]:
+    """{type_match} for `decoded` against the schemas of `row`'s functions."""
+    if decoded.error is not None:
+        return {"type_match": 0.0}
+    schemas = {f.get("name"): (f.get("parameters") or {}).get("properties") or {} for f in row.get("functions") or []}
+    checked = []
+    for call in decoded.calls:
+        if not isinstance(call, dict):
+            continue
+        for name, args in call.items():
+            props = schemas.get(name, {})
+            for key, value in (args.items() if isinstance(args, dict) else ()):
+                ok = _type_ok(value, (props.get(key) or {}).get("type"))
+                if ok is not None:
+                    checked.append(ok)
+    return {"type_match": sum(checked) / len(checked) if checked else 1.0}
