@@ -39,6 +39,10 @@ also prints the generator's busy seconds per generated token for both modes (con
 runs more, smaller forwards than lock-step's full batches), and the event loop's own CPU seconds:
 in the engine that Python (episodes, tool clients, observation rendering) runs while the
 generation thread runs and both need the GIL; in lock-step it runs while generation waits.
+Every no-hang workload also prints the (b) ceiling of its run: every trajectory starts with the
+others, so its first turn is generated in the one batch of all first turns (in both modes), and
+the engine's wall can be no less than the latest first turn's end plus that trajectory's own tool
+seconds, all its later generation taken as free; lock-step's wall over that bounds (b).
 
 Run:  .venv/bin/python benchmarks/rollout.py [--trajectories 256] [--threads 1] [--timeouts 10,30] [--hang-rates 0,0.02]
 """
@@ -145,9 +149,23 @@ def hang_file(trajectories: int, fraction: float = 0.02) -> str:
     return f.name
 
 
+class TimedGenerator(LocalGenerator):
+    """The local generator, noting when each session's first turn came back (for the (b) ceiling)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.first_end: dict[str, float] = {}
+
+    async def submit(self, request: GenRequest):
+        result = await super().submit(request)
+        if request.session is not None:
+            self.first_end.setdefault(request.session, time.perf_counter())
+        return result
+
+
 async def rollout(args, model, tok, tm, runner, mode: str, tools: str, count: int | None = None, first: int = 0):
     policy = BenchPolicy(tok) if args.policy == "ids" else ScriptedPolicy(tok, plan, tok.convert_tokens_to_ids("<|im_end|>"))
-    gen = LocalGenerator(model, tok.pad_token_id or 0, tm.stop_token_ids(), tokenizer=tok, logits_processor=policy,
+    gen = TimedGenerator(model, tok.pad_token_id or 0, tm.stop_token_ids(), tokenizer=tok, logits_processor=policy,
                          max_batch=256, seed=0, admission_wait=args.admission_wait)
     cfg = RolloutConfig(mode=mode, lockstep_tools=tools, max_turns=4, max_new_tokens=64, max_total_tokens=2048,
                         max_observation_tokens=128, max_batch=256)
@@ -158,9 +176,25 @@ async def rollout(args, model, tok, tm, runner, mode: str, tools: str, count: in
     trajs = await engine.run(rows, n=1)
     wall = time.perf_counter() - t0
     gen.close()
+    # Each trajectory's first turn's end, from the run's start, by trajectory id (BenchPolicy knows
+    # each session's task number): what the (b) ceiling is made of (`ceiling`).
+    tasks = getattr(policy, "tasks", {})
+    first_end = {f"t{tasks[s]}-0": t - t0 for s, t in gen.first_end.items() if s in tasks}
     # The event loop's own CPU (episodes, tool clients, rendering): in the engine it runs while the
     # generation thread runs, and both need the GIL; in lock-step it runs while generation waits.
-    return trajs, wall, dict(gen.stats) | {"loop_cpu_s": time.thread_time() - cpu0}
+    return trajs, wall, dict(gen.stats) | {"loop_cpu_s": time.thread_time() - cpu0, "first_end": first_end}
+
+
+def ceiling(trajs, first_end: dict[str, float]) -> tuple[float, object] | None:
+    """The earliest an engine run could have ended, given its first turns as they ran: the latest of
+    every trajectory's first turn's end plus its own tool seconds, with all its later generation
+    free (None without the first turns' ends: the text policy). Every trajectory starts with the
+    others, so its first turn is generated in the batch of all first turns (lock-step's first turn
+    too): (b) can be no more than lock-step's wall over this. Returns (seconds, that trajectory)."""
+    if not first_end:
+        return None
+    t = max(trajs, key=lambda t: first_end.get(t.id, 0.0) + t.metrics["tool_s"])
+    return first_end.get(t.id, 0.0) + t.metrics["tool_s"], t
 
 
 def generation_throughput(args, model, tok, tm, runner_specs):
@@ -286,6 +320,14 @@ def report_cell(runs) -> dict:
               f"{results[LOCKSTEP][2].get('admission_waits', 0)} ({results[LOCKSTEP][2].get('admission_wait_s', 0):.2f} s); "
               f"decode steps reading the shared prefix once {results[ENGINE][2].get('prefix_steps', 0)} / "
               f"{results[LOCKSTEP][2].get('prefix_steps', 0)}")
+    if ENGINE in results and LOCKSTEP in results:
+        bound = ceiling(results[ENGINE][0], results[ENGINE][2].get("first_end", {}))
+        if bound is not None:
+            secs, t = bound
+            print(f"  (b) ceiling for this run: lock-step {results[LOCKSTEP][1]:.2f} s / {secs:.2f} s = "
+                  f"{results[LOCKSTEP][1] / secs:.2f}x, the engine's wall were all generation after the first turns "
+                  f"free ({t.id}: first turn back at {results[ENGINE][2]['first_end'][t.id]:.2f} s, then "
+                  f"{t.metrics['tool_s']:.2f} s of its own tools)")
     print(f"  ({load()})", flush=True)
     return results | {"_timeouts": timeouts, "_calls": n_calls}
 

@@ -37,3 +37,13 @@ def test_bench_policy_forces_what_the_text_plan_forces():
             context += tok.encode(" free words", add_special_tokens=False)[:want[0]] + want[1]
             context += tm.render_observation([ToolResult(f"result {i}-{turn}")])
     assert len(ids.tasks) == 4  # each trajectory's question decoded once
+
+
+def test_ceiling_is_the_latest_first_turn_end_plus_own_tools():
+    from types import SimpleNamespace
+
+    trajs = [SimpleNamespace(id="t0-0", metrics={"tool_s": 5.0}), SimpleNamespace(id="t1-0", metrics={"tool_s": 1.0}),
+             SimpleNamespace(id="t2-0", metrics={"tool_s": 4.5})]
+    secs, t = bench.ceiling(trajs, {"t0-0": 1.0, "t1-0": 2.0, "t2-0": 2.0})
+    assert (secs, t.id) == (6.5, "t2-0")  # 2.0 + 4.5 beats 1.0 + 5.0
+    assert bench.ceiling(trajs, {}) is None  # the text policy names no sessions
