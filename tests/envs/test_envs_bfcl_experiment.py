@@ -41,3 +41,25 @@ def test_the_experiment_starts_and_runs_a_step_on_tiny_budgets(tmp_path, capsys)
     result = json.loads((out / "results.json").read_text())
     assert result["grpo_steps"] == 1 and result["stages"]["base"]["questions"] == 5  # one per reported category
     assert Path(result["trained_model"]).is_dir()
+
+    # GRPO again from the same warm start, its evaluations reused (--from-experiment)
+    again = tmp_path / "again"
+    args = ["experiment", str(YAML), "model.path=tiny:1m", "model.family=qwen3", "sft.demos=4", "sft.steps=1",
+            "sft.batch_size=2", "trainer.steps=1", "trainer.prompts_per_step=2", "algo.group_size=2",
+            "trainer.progress=false", "rollout.max_new_tokens=8", "env.options.test_limit=1", "trainer.lr=1e-3"]
+    assert main(args + ["--out", str(again), "--from-experiment", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert f"reused from {out.resolve()}" in captured.err and "the warm start of" in captured.out
+    second = json.loads((again / "results.json").read_text())
+    assert second["warm_start_model"] == str(out.resolve() / "sft" / "model") and not (again / "sft").exists()
+    assert second["stages"]["base"] == result["stages"]["base"]
+    assert second["stages"]["warm start"] == result["stages"]["warm start"]
+    assert (again / "eval_warm_start.json").read_text() == (out / "eval_warm_start.json").read_text()
+    assert second["reused_from"] == str(out.resolve()) and Path(second["trained_model"]).is_dir()
+    assert "sft" not in second["times_s"] and "eval base" not in second["times_s"]
+    # a folder that is not a finished experiment, or one the run would replace: one line, nothing run
+    assert main(args + ["--out", str(tmp_path / "x"), "--from-experiment", str(tmp_path / "nothing")]) == 2
+    assert "is not a finished experiment folder" in capsys.readouterr().err
+    assert main(args + ["--out", str(out), "--from-experiment", str(out)]) == 2
+    assert "would replace the folder it reuses" in capsys.readouterr().err
+    assert (out / "results.json").exists()
