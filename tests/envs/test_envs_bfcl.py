@@ -156,6 +156,15 @@ def test_type_match_counts_arguments_of_the_declared_type_and_weighs_on_its_own(
     from rlfactory.envs.bfcl.shaping import _type_ok
     assert _type_ok(3, "float") and not _type_ok(3.5, "integer") and _type_ok([1], "tuple") and _type_ok("x", "any") is None
     assert "type_match" not in asyncio.run(BfclEnv(limit=1).reward().score(traj)).terms  # off by default
+    irrelevant = env.load_split("irrelevance")[0]  # no call is the right answer: full type credit, as shaping gives
+    traj = Trajectory(id="t", group="g", info=env.info(irrelevant), turns=1)
+    env.end_episode(traj, Answer("none of these fits"))
+    score = asyncio.run(env.reward().score(traj))
+    assert score.terms["correct"] == 1.0 and score.terms["type_match"] == 1.0 and score.total == pytest.approx(1.5)
+    traj = Trajectory(id="t", group="g", info=env.info(irrelevant), turns=1)
+    env.end_episode(traj, Malformed("not a call"))  # decodes to an error: still no call, still full credit
+    score = asyncio.run(env.reward().score(traj))
+    assert score.terms["type_match"] == 1.0 and score.total == pytest.approx(score.terms["correct"] + 0.5)
 
 
 def test_bfcl_is_a_built_in_env_name():

@@ -13,7 +13,7 @@ And, weighted on its own (`type_terms`):
 - `type_match`: the share of the arguments the calls passed whose JSON type is the one the
   function's schema declares (an integer where it says integer, not the string "10"; an integer
   also passes for a float, as BFCL's Python checker allows); 1 when no argument was passed, 0 when
-  the turn could not be decoded. An argument the schema does not list, or a type it does not
+  the turn could not be decoded (1 for an (ir)relevance entry, where no call is what it asks). An argument the schema does not list, or a type it does not
   know, is not counted. BFCL's own verdict rejects a quoted number for most functions; some `live_`
   possible answers accept one, so training on them alone can teach a policy to quote numbers.
 """
@@ -68,8 +68,8 @@ def _type_ok(value: Any, declared: Any) -> bool | None:
 
 def type_terms(row: dict[str, Any], decoded: Decoded) -> dict[str, float]:
     """{type_match} for `decoded` against the schemas of `row`'s functions."""
-    if decoded.error is not None:
-        return {"type_match": 0.0}
+    if decoded.error is not None:  # no call decoded: right for an (ir)relevance entry, as in shaping_terms
+        return {"type_match": 0.0 if row.get("ground_truth") else 1.0}
     schemas = {f.get("name"): (f.get("parameters") or {}).get("properties") or {} for f in row.get("functions") or []}
     checked = []
     for call in decoded.calls:
