@@ -146,7 +146,8 @@ def test_type_match_counts_arguments_of_the_declared_type_and_weighs_on_its_own(
              (ToolCalls([ToolCall(name, quoted)]), 0.0, 1 - n_int / len(args)),
              (ToolCalls([ToolCall(name, {"base": True, "height": 5.5})]), 0.0, 0.0),  # a bool is no integer
              (ToolCalls([ToolCall(name, {"base": 10, "nobody_asked": "x"})]), 0.0, 1.0),  # not in the schema: not counted
-             (Malformed("bad json"), 0.0, 0.0)]
+             (Malformed("bad json"), 0.0, 0.0),
+             (Answer("no call where one is expected"), 0.0, 0.0)]  # else not calling earns the term for free
     for turn, correct, typed in cases:
         traj = Trajectory(id="t", group="g", info=env.info(row), turns=1)
         env.end_episode(traj, turn)

@@ -12,8 +12,10 @@ verdict. Each term is in [0, 1]; the verdict itself stays BFCL's.
 And, weighted on its own (`type_terms`):
 - `type_match`: the share of the arguments the calls passed whose JSON type is the one the
   function's schema declares (an integer where it says integer, not the string "10"; an integer
-  also passes for a float, as BFCL's Python checker allows); 1 when no argument was passed, 0 when
-  the turn could not be decoded (1 for an (ir)relevance entry, where no call is what it asks). An argument the schema does not list, or a type it does not
+  also passes for a float, as BFCL's Python checker allows); 1 for calls without arguments. A turn
+  with no call (or one that could not be decoded) gets 0 where calls are expected and 1 on an
+  (ir)relevance entry, where no call is what it asks: otherwise not calling would earn the term
+  for free (a first version did, and GRPO stopped calling within 8 steps). An argument the schema does not list, or a type it does not
   know, is not counted. BFCL's own verdict rejects a quoted number for most functions; some `live_`
   possible answers accept one, so training on them alone can teach a policy to quote numbers.
 """
@@ -68,13 +70,12 @@ def _type_ok(value: Any, declared: Any) -> bool | None:
 
 def type_terms(row: dict[str, Any], decoded: Decoded) -> dict[str, float]:
     """{type_match} for `decoded` against the schemas of `row`'s functions."""
-    if decoded.error is not None:  # no call decoded: right for an (ir)relevance entry, as in shaping_terms
+    calls = [c for c in decoded.calls if isinstance(c, dict)]
+    if decoded.error is not None or not calls:  # no call: right for an (ir)relevance entry only
         return {"type_match": 0.0 if row.get("ground_truth") else 1.0}
     schemas = {f.get("name"): (f.get("parameters") or {}).get("properties") or {} for f in row.get("functions") or []}
     checked = []
-    for call in decoded.calls:
-        if not isinstance(call, dict):
-            continue
+    for call in calls:
         for name, args in call.items():
             props = schemas.get(name, {})
             for key, value in (args.items() if isinstance(args, dict) else ()):
