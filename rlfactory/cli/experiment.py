@@ -133,7 +133,8 @@ async def run_experiment(cfg: RunConfig, out: Path, eval_limit: int | None,
         print(f"[experiment] the reused evaluations held {stages['base'].get('questions'):.0f} questions and this "
               f"one {stages['after GRPO'].get('questions'):.0f}: --eval-limit or the test split differ, so the "
               "table compares different questions", file=sys.stderr)
-    result = {"stages": stages, "times_s": times, "sft_steps": cfg.sft.steps, "grpo_steps": len(history),
+    result = {"stages": stages, "times_s": times, "sft_steps": cfg.sft.steps if reuse is None else None,
+              "grpo_steps": len(history),
               "warm_start_model": warm, "trained_model": trained,
               "reused_from": None if reuse is None else str(reuse)}
     (out / "results.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     total = time.perf_counter() - t0
     print_table(result["stages"])
     n = int(result["stages"]["base"]["questions"])
-    sft = f"the warm start of {reuse}" if reuse is not None else f"{result['sft_steps']} SFT steps"
+    sft = f"{result['sft_steps']} SFT steps" if reuse is None else f"the warm start of {reuse}"
     print(f"\n{n} held-out questions; {sft}, {result['grpo_steps']} GRPO steps; model {cfg.model.path}.")
     print("time: " + ", ".join(f"{k} {v:.0f}s" for k, v in result["times_s"].items()) + f"; total {total / 60:.1f} min")
     print(f"results: {out / 'results.json'}")

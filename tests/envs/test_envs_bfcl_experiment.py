@@ -57,6 +57,7 @@ def test_the_experiment_starts_and_runs_a_step_on_tiny_budgets(tmp_path, capsys)
     assert (again / "eval_warm_start.json").read_text() == (out / "eval_warm_start.json").read_text()
     assert second["reused_from"] == str(out.resolve()) and Path(second["trained_model"]).is_dir()
     assert "sft" not in second["times_s"] and "eval base" not in second["times_s"]
+    assert second["sft_steps"] is None  # this run trained no SFT: its config's sft.steps would say otherwise
     # a folder that is not a finished experiment, or one the run would replace: one line, nothing run
     assert main(args + ["--out", str(tmp_path / "x"), "--from-experiment", str(tmp_path / "nothing")]) == 2
     assert "is not a finished experiment folder" in capsys.readouterr().err
